@@ -1,0 +1,186 @@
+"""The suite's pytest plugin: options, route fixtures, report wiring. It wires; it does not compute.
+
+Configuration is parsed once here (pytest_configure) into a frozen SuiteConfig stored on
+the pytest config; fixtures hand its parts down. A bad value exits with code 4 naming the field.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures.config import SuiteConfig, suite_config_from_options
+from fixtures.routes.errors import RouteError
+from fixtures.routes.spec import ConfigError
+from reports.collector import WORKER_STATE_KEY, RunCollector, check_of, new_run_id
+from reports.findings import Finding
+from reports.redact import Redactor
+from reports.writer import write_run_folder
+
+CONFIG_KEY = pytest.StashKey[SuiteConfig]()
+COLLECTOR_KEY = pytest.StashKey[RunCollector]()
+RUN_ID_INPUT = "spec_suite_run_id"
+ROOT = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("spec-suite", "speculative route qualification")
+    group.addoption("--baseline", help="baseline (AR) route URI, e.g. hf:PATH or openai:http://host:port/v1?model=NAME")
+    group.addoption("--candidate", help="candidate (speculative) route URI, e.g. hf:PATH?draft=PATH&num_assistant_tokens=4")
+    group.addoption("--routes", help="TOML file with [baseline] and [candidate] / [candidates.NAME] tables")
+    group.addoption("--report-dir", dest="report_dir", help="where run folders go (default reports/out)")
+    group.addoption("--greedy-policy", dest="greedy_policy", help="strict (any divergence fails) or classify")
+    group.addoption("--max-new-tokens", dest="max_new_tokens", help="tokens generated per greedy prompt (default 64)")
+    group.addoption("--prompt-limit", dest="prompt_limit", help="at most this many prompts per category")
+    group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long)")
+    group.addoption("--torch-threads", dest="torch_threads", help="torch threads per worker (default 1)")
+    group.addoption("--concurrency", help="concurrency levels for stressors (default 1,8,32)")
+    group.addoption("--alpha", help="family-wise false-alarm rate of the statistical tests (default 0.01)")
+    group.addoption("--detect-tv", dest="detect_tv", help="smallest TV shift the sampling budget must detect (default 0.05)")
+    group.addoption("--samples-per-prompt", dest="samples_per_prompt", help="override the planner's samples per prompt")
+    group.addoption("--seed", help="run seed for sampling arms and schedules (default 0)")
+    group.addoption("--stress-requests", dest="stress_requests", help="requests per stressor (default: built-in budget)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "check(name): the check family a route-suite test belongs to")
+    options = {name: config.getoption(name) for name in (
+        "baseline", "candidate", "routes", "report_dir", "greedy_policy", "max_new_tokens", "prompt_limit",
+        "categories", "torch_threads", "concurrency", "alpha", "detect_tv", "samples_per_prompt", "seed",
+        "stress_requests")}
+    try:
+        suite = suite_config_from_options(options, rootdir=ROOT)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"bad configuration: {exc}") from None
+    config.stash[CONFIG_KEY] = suite
+    workerinput = getattr(config, "workerinput", None)
+    run_id = workerinput[RUN_ID_INPUT] if workerinput else new_run_id()
+    collector = RunCollector(run_dir=suite.report_dir / run_id, run_id=run_id, config_public=suite.public_dict(),
+                             redact=Redactor(suite.routes.secrets()), is_worker=workerinput is not None,
+                             worker_id=workerinput["workerid"] if workerinput else "main")
+    config.stash[COLLECTOR_KEY] = collector
+    config.pluginmanager.register(collector, "spec-suite-collector")
+    import torch  # deferred: option parsing and usage errors stay fast
+    torch.set_num_threads(suite.torch_threads)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller -> worker: every worker writes into the same run."""
+    node.workerinput[RUN_ID_INPUT] = node.config.stash[COLLECTOR_KEY].run_id
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    suite = metafunc.config.stash[CONFIG_KEY]
+    if "candidate" in metafunc.fixturenames:
+        names = [c.name for c in suite.routes.candidates]
+        metafunc.parametrize("candidate", names, indirect=True, ids=names, scope="session")
+    if "prompt" in metafunc.fixturenames:
+        from fixtures.prompts.records import load_prompt_set
+        prompts = _limit(load_prompt_set(suite.categories), suite.prompt_limit)
+        metafunc.parametrize("prompt", prompts, ids=[p.id for p in prompts])
+
+
+def _limit(prompts, limit):
+    if limit is None:
+        return prompts
+    seen: dict[str, int] = {}
+    kept = []
+    for prompt in prompts:
+        seen[prompt.category] = seen.get(prompt.category, 0) + 1
+        if seen[prompt.category] <= limit:
+            kept.append(prompt)
+    return kept
+
+
+@pytest.fixture(scope="session")
+def suite_config(pytestconfig: pytest.Config) -> SuiteConfig:
+    return pytestconfig.stash[CONFIG_KEY]
+
+
+@pytest.fixture(scope="session")
+def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
+    from fixtures.session import RouteSession
+    routes = suite_config.routes
+    session = RouteSession((routes.baseline, *routes.candidates), suite_config.request_timeout_s)
+    yield session
+    collector = pytestconfig.stash[COLLECTOR_KEY]
+    for name, handle in session.built().items():
+        try:
+            collector.worker_state.inventories[name] = handle.inventory().__dict__
+            snapshot = handle.acceptance()
+            if snapshot is not None:
+                collector.worker_state.acceptance[name] = {**snapshot.__dict__, "accepted_per_pos": list(snapshot.accepted_per_pos)}
+        except (RouteError, OSError) as exc:
+            collector.worker_state.notes.append(f"{name}: inventory unavailable: {exc}")
+    session.close()
+
+
+@pytest.fixture(scope="session")
+def baseline(route_session, suite_config: SuiteConfig):
+    return route_session.handle(suite_config.routes.baseline.name)
+
+
+@pytest.fixture(scope="session")
+def candidate(request: pytest.FixtureRequest, route_session):
+    return route_session.handle(request.param)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(suite_config: SuiteConfig):
+    from fixtures.routes.hf import load_tokenizer
+    spec = suite_config.routes.baseline
+    return load_tokenizer(spec.tokenizer or spec.model)
+
+
+class FindingSink:
+    """What a test uses to report a finding; the finding reaches the run folder from any worker."""
+
+    def __init__(self, collector: RunCollector, item: pytest.Item):
+        self._collector = collector
+        self._item = item
+        self.items: list[Finding] = []
+
+    def add(self, finding: Finding) -> Finding:
+        self._collector.record(self._item, finding)
+        self.items.append(finding)
+        return finding
+
+
+@pytest.fixture
+def findings(request: pytest.FixtureRequest) -> FindingSink:
+    return FindingSink(request.config.stash[COLLECTOR_KEY], request.node)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A route failure (HTTP error, timeout, dead connection) anywhere in a test becomes a finding."""
+    excinfo = call.excinfo
+    if excinfo is not None and isinstance(excinfo.value, RouteError) and check_of(item):
+        error = excinfo.value
+        item.config.stash[COLLECTOR_KEY].record(item, Finding(
+            check=check_of(item), severity="error", title=error.describe()[:300], route=error.route or "unknown",
+            details={"error_kind": error.kind, "request_id": error.request_id, "detail": error.detail[:2000],
+                     "phase": call.when}))
+    yield
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    collector = session.config.stash.get(COLLECTOR_KEY, None)
+    if collector is None:
+        return
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_STATE_KEY] = collector.worker_state.to_json()
+        return
+    if collector.active:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            collector.interrupted = True
+        collector.worker_states = collector.worker_states or [collector.worker_state.__dict__]
+        write_run_folder(collector)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None and collector.active and not collector.is_worker:
+        terminalreporter.write_sep("-", f"spec-suite run folder: {collector.run_dir}")

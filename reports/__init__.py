@@ -1,0 +1,1 @@
+"""Findings, run collection across xdist workers, and the run folder's renderers."""

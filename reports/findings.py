@@ -1,0 +1,43 @@
+"""The Finding record: one thing a maintainer should look at, with its evidence.
+
+Findings travel from xdist workers to the controller on the test report's
+user_properties (serialised JSON), so none is lost in transit and each carries the
+test node id that produced it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("bug", "error", "warning", "near-tie", "info")
+FINDING_PROPERTY = "spec_suite_finding"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """`check` is the test family (greedy, boundary, distribution, mixing...); `severity` says how bad."""
+
+    check: str
+    severity: str
+    title: str
+    route: str
+    prompt_id: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    test_id: str = ""
+    uid: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} not in {SEVERITIES}")
+
+    @property
+    def fails_route(self) -> bool:
+        return self.severity in ("bug", "error")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Finding":
+        return cls(**json.loads(text))

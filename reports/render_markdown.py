@@ -1,0 +1,72 @@
+"""summary.md: written for a person, first line the verdict, details folded away."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_FINDINGS_SHOWN = 50
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    lines = [
+        f"# Route qualification: **{report['verdict'].upper()}**",
+        "",
+        f"{report['verdict_reason']}.",
+        "",
+        f"Run `{report['run_id']}`, {report['duration_s']} s"
+        + ("" if report["complete"] else " — **INCOMPLETE**: interrupted or a worker crashed; results are partial"),
+        "",
+        _routes_line(report),
+        "",
+        "## Checks",
+        "",
+        "| check | passed | failed | errors | skipped (not verified) | expected fail |",
+        "|---|---|---|---|---|---|",
+    ]
+    for check, counts in report["checks"].items():
+        lines.append(f"| {check} | {counts.get('passed', 0)} | {counts.get('failed', 0)} | {counts.get('error', 0)}"
+                     f" | {counts.get('skipped', 0)} | {counts.get('xfailed', 0)} |")
+    lines += ["", f"## Findings ({len(report['findings'])})", ""]
+    if not report["findings"]:
+        lines.append("None.")
+    for finding in report["findings"][:MAX_FINDINGS_SHOWN]:
+        lines += _finding_block(finding)
+    if len(report["findings"]) > MAX_FINDINGS_SHOWN:
+        lines.append(f"... and {len(report['findings']) - MAX_FINDINGS_SHOWN} more in report.json")
+    if report["not_verified"]:
+        lines += ["", "## Not verified", ""]
+        lines += [f"- `{n['test']}`: {n['reason']}" for n in report["not_verified"]]
+    accounting = report["findings_accounting"]
+    lines += ["", f"Findings recorded by workers: {accounting['recorded']}, received: {accounting['received']}.", ""]
+    lines += _details("Acceptance profile", report.get("acceptance", {}))
+    lines += _details("Route inventory", report.get("inventories", {}))
+    lines += _details("Configuration (secrets removed)", report.get("config", {}))
+    return "\n".join(lines) + "\n"
+
+
+def _routes_line(report: dict[str, Any]) -> str:
+    config = report.get("config", {})
+    baseline = config.get("baseline", {})
+    candidates = config.get("candidates", [])
+    names = ", ".join(f"`{c.get('name')}` ({c.get('kind')})" for c in candidates)
+    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs candidate(s) {names}."
+
+
+def _finding_block(finding: dict[str, Any]) -> list[str]:
+    head = f"### [{finding['severity']}] {finding['check']}: {finding['title']}"
+    lines = [head, "", f"- route: `{finding['route']}`"]
+    if finding.get("prompt_id"):
+        lines.append(f"- prompt: `{finding['prompt_id']}`")
+    lines.append(f"- test: `{finding['test_id']}`")
+    diff = finding.get("details", {}).get("diff")
+    if diff:
+        lines += ["", "```diff", diff, "```"]
+    lines += _details("Evidence", {k: v for k, v in finding.get("details", {}).items() if k != "diff"})
+    return lines
+
+
+def _details(title: str, data: Any) -> list[str]:
+    if not data:
+        return []
+    return ["<details><summary>" + title + "</summary>", "", "```json",
+            json.dumps(data, indent=2, sort_keys=True, default=str), "```", "", "</details>", ""]
