@@ -33,6 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--max-new-tokens", dest="max_new_tokens", help="tokens generated per greedy prompt (default 64)")
     group.addoption("--prompt-limit", dest="prompt_limit", help="at most this many prompts per category")
     group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long)")
+    group.addoption("--compare-to", dest="compare_to", help="a previous run folder: list new, fixed and still-failing findings")
     group.addoption("--torch-threads", dest="torch_threads", help="torch threads per worker (default 1)")
     group.addoption("--concurrency", help="concurrency levels for stressors (default 1,8,32)")
     group.addoption("--alpha", help="family-wise false-alarm rate of the statistical tests (default 0.01)")
@@ -47,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = {name: config.getoption(name) for name in (
         "baseline", "candidate", "routes", "report_dir", "greedy_policy", "max_new_tokens", "prompt_limit",
         "categories", "torch_threads", "concurrency", "alpha", "detect_tv", "samples_per_prompt", "seed",
-        "stress_requests")}
+        "stress_requests", "compare_to")}
     try:
         suite = suite_config_from_options(options, rootdir=ROOT)
     except ConfigError as exc:
@@ -56,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     run_id = workerinput[RUN_ID_INPUT] if workerinput else new_run_id()
     collector = RunCollector(run_dir=suite.report_dir / run_id, run_id=run_id, config_public=suite.public_dict(),
+                             compare_to=suite.compare_to, report_dir=suite.report_dir,
                              redact=Redactor(suite.routes.secrets()), is_worker=workerinput is not None,
                              worker_id=workerinput["workerid"] if workerinput else "main")
     config.stash[COLLECTOR_KEY] = collector
@@ -145,6 +147,10 @@ class FindingSink:
         self._collector.record(self._item, finding)
         self.items.append(finding)
         return finding
+
+    def measure(self, kind: str, **data) -> None:
+        """Record a measurement for the report (e.g. kind="p_value", value=0.3, test="chi2")."""
+        self._collector.measure(self._item, kind, data)
 
 
 @pytest.fixture

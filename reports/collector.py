@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from reports.findings import FINDING_PROPERTY, Finding
+from reports.findings import FINDING_PROPERTY, MEASURE_PROPERTY, Finding
 
 WORKER_STATE_KEY = "spec_suite_worker_state"
 CHECK_PROPERTY = "spec_suite_check"
@@ -61,15 +61,19 @@ class RunCollector:
     """Registered once per process; only the controller (or a non-xdist run) writes files."""
 
     def __init__(self, *, run_dir: Path, run_id: str, config_public: dict[str, Any],
-                 redact, is_worker: bool, worker_id: str = "main"):
+                 redact, is_worker: bool, worker_id: str = "main", compare_to: Path | None = None,
+                 report_dir: Path | None = None):
         self.run_dir = run_dir
         self.run_id = run_id
+        self.compare_to = compare_to
+        self.report_dir = report_dir or run_dir.parent
         self.config_public = config_public
         self.redact = redact
         self.is_worker = is_worker
         self.worker_state = WorkerState()
         self.outcomes: dict[str, TestOutcome] = {}
         self.findings: list[Finding] = []
+        self.measurements: dict[str, list[dict[str, Any]]] = {}
         self.worker_states: list[dict[str, Any]] = []
         self._finding_uids: set[str] = set()
         self._sequence = 0
@@ -88,6 +92,11 @@ class RunCollector:
         item.user_properties.append((FINDING_PROPERTY, finding.to_json()))
         self.worker_state.findings_recorded += 1
 
+    def measure(self, item: pytest.Item, kind: str, data: dict[str, Any]) -> None:
+        """A number for the report's plots (p-values, divergence positions...), not a finding."""
+        item.user_properties.append((MEASURE_PROPERTY, json.dumps({"kind": kind, "test_id": item.nodeid, **data},
+                                                                  default=str)))
+
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Tag each route-suite test with its check family; the tag travels on every report."""
         for item in items:
@@ -105,6 +114,9 @@ class RunCollector:
         for name, value in report.user_properties:
             if name == CHECK_PROPERTY:
                 check = value
+            elif name == MEASURE_PROPERTY and report.when == "teardown":
+                measurement = json.loads(value)
+                self.measurements.setdefault(measurement.pop("kind"), []).append(measurement)
             elif name == FINDING_PROPERTY:
                 finding = Finding.from_json(value)
                 if finding.uid not in self._finding_uids:

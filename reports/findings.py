@@ -12,6 +12,7 @@ from typing import Any
 
 SEVERITIES = ("bug", "error", "warning", "near-tie", "info")
 FINDING_PROPERTY = "spec_suite_finding"
+MEASURE_PROPERTY = "spec_suite_measure"
 
 
 @dataclass(frozen=True)

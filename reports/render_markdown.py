@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reports.compare import render_comparison
+
 MAX_FINDINGS_SHOWN = 50
 
 
@@ -26,6 +28,8 @@ def render_summary(report: dict[str, Any]) -> str:
     for check, counts in report["checks"].items():
         lines.append(f"| {check} | {counts.get('passed', 0)} | {counts.get('failed', 0)} | {counts.get('error', 0)}"
                      f" | {counts.get('skipped', 0)} | {counts.get('xfailed', 0)} |")
+    if report.get("comparison"):
+        lines += [""] + render_comparison(report["comparison"])
     lines += ["", f"## Findings ({len(report['findings'])})", ""]
     if not report["findings"]:
         lines.append("None.")

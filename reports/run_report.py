@@ -63,6 +63,7 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "tests": [o.__dict__ for o in sorted(outcomes, key=lambda o: o.nodeid)],
         "not_verified": not_verified,
         "findings": findings,
+        "measurements": collector.measurements,
         "findings_accounting": {"recorded": recorded, "received": received, "lost": recorded - received},
         "inventories": {name: values[0] for name, values in inventories.items()},
         "acceptance": {name: _sum_acceptance(values) for name, values in acceptance.items()},

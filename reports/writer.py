@@ -5,13 +5,21 @@ import json
 
 from reports.collector import RunCollector
 from reports.atomic import write_text_atomic
+from reports.compare import append_history, compare_reports, load_report
+from reports.render_html import render_html
+from reports.render_junit import render_junit
 from reports.render_markdown import render_summary
 from reports.run_report import build_run_report
 
 
 def write_run_folder(collector: RunCollector) -> dict:
     report = build_run_report(collector)
+    if collector.compare_to is not None:
+        report["comparison"] = compare_reports(report, load_report(collector.compare_to))
     collector.run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(collector.run_dir / "report.json", json.dumps(report, indent=2, sort_keys=True, default=str))
     write_text_atomic(collector.run_dir / "summary.md", collector.redact.text(render_summary(report)))
+    write_text_atomic(collector.run_dir / "report.html", collector.redact.text(render_html(report)))
+    write_text_atomic(collector.run_dir / "junit.xml", collector.redact.text(render_junit(report)))
+    append_history(collector.report_dir, report)
     return report
