@@ -30,7 +30,7 @@ def new_run_id() -> str:
 
 
 @dataclass
-class TestOutcome:
+class CheckOutcome:
     nodeid: str
     check: str
     outcome: str
@@ -71,7 +71,7 @@ class RunCollector:
         self.redact = redact
         self.is_worker = is_worker
         self.worker_state = WorkerState()
-        self.outcomes: dict[str, TestOutcome] = {}
+        self.outcomes: dict[str, CheckOutcome] = {}
         self.findings: list[Finding] = []
         self.measurements: dict[str, list[dict[str, Any]]] = {}
         self.worker_states: list[dict[str, Any]] = []
@@ -135,7 +135,7 @@ class RunCollector:
         outcome = report.outcome if report.when == "call" else ("error" if report.failed else report.outcome)
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
-        self.outcomes[report.nodeid] = TestOutcome(report.nodeid, check, outcome, report.duration, _reason(report))
+        self.outcomes[report.nodeid] = CheckOutcome(report.nodeid, check, outcome, report.duration, _reason(report))
 
     def pytest_testnodedown(self, node, error) -> None:
         state = getattr(node, "workeroutput", {}).get(WORKER_STATE_KEY)

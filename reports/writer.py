@@ -9,14 +9,16 @@ from reports.compare import append_history, compare_reports, load_report
 from reports.render_html import render_html
 from reports.render_junit import render_junit
 from reports.render_markdown import render_summary
+from reports.repro import write_repro_scripts
 from reports.run_report import build_run_report
 
 
 def write_run_folder(collector: RunCollector) -> dict:
     report = build_run_report(collector)
+    collector.run_dir.mkdir(parents=True, exist_ok=True)
+    report["repro_scripts"] = write_repro_scripts(collector.run_dir, report, collector.redact.text)
     if collector.compare_to is not None:
         report["comparison"] = compare_reports(report, load_report(collector.compare_to))
-    collector.run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(collector.run_dir / "report.json", json.dumps(report, indent=2, sort_keys=True, default=str))
     write_text_atomic(collector.run_dir / "summary.md", collector.redact.text(render_summary(report)))
     write_text_atomic(collector.run_dir / "report.html", collector.redact.text(render_html(report)))

@@ -1,0 +1,238 @@
+"""Standalone repro scripts per finding: a maintainer runs them without installing this suite.
+
+Tests put `details["repro"] = repro_block(...)` on a finding: the exact request(s), the
+expected tokens (baseline / serial reference) and what the candidate returned. For
+server routes the script is plain python + httpx (and a curl line); for in-process
+transformers routes it is plain transformers. API keys are read from the environment
+variable the route names, never written into the script.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from fixtures.routes.base import Request
+
+
+def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]] | None,
+                actual: Sequence[Sequence[int]] | None, concurrency: int = 1, note: str = "") -> dict[str, Any]:
+    """What a repro script needs to resend the failing request(s) and judge the answer."""
+    return {
+        "requests": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()} for r in requests],
+        "expected": [list(t) for t in expected] if expected is not None else None,
+        "actual": [list(t) for t in actual] if actual is not None else None,
+        "concurrency": concurrency,
+        "note": note,
+    }
+
+
+def _openai_payload(req: dict[str, Any], model: str) -> dict[str, Any]:
+    payload = {"model": model, "prompt": req["prompt_ids"], "max_tokens": req["max_tokens"],
+               "temperature": req["temperature"], "return_token_ids": True}
+    if req.get("top_p", 1.0) < 1.0:
+        payload["top_p"] = req["top_p"]
+    if req.get("top_k"):
+        payload["top_k"] = req["top_k"]
+    for key in ("seed", "logprobs"):
+        if req.get(key) is not None:
+            payload[key] = req[key]
+    if req.get("stop"):
+        payload["stop"] = req["stop"]
+    if req.get("stop_token_ids"):
+        payload["stop_token_ids"] = req["stop_token_ids"]
+    if req.get("ignore_eos"):
+        payload["ignore_eos"] = True
+    return payload
+
+
+HTTP_TEMPLATE = '''#!/usr/bin/env python3
+"""Repro for: {title}
+
+Route: {route_desc}
+Sends the exact request(s) {how} and compares the returned token ids with the expected ones.
+Needs only python3 and httpx (pip install httpx). Exit code 1 when the failure reproduces.
+"""
+import asyncio, json, os, sys
+import httpx
+
+BASE_URL = os.environ.get("REPRO_BASE_URL", {base_url!r})
+API_KEY_ENV = {api_key_env!r}
+PAYLOADS = json.loads({payloads!r})
+EXPECTED = json.loads({expected!r})
+CONCURRENCY = {concurrency}
+
+
+async def send(client, payload):
+    response = await client.post(BASE_URL + "/completions", json=payload)
+    response.raise_for_status()
+    choice = response.json()["choices"][0]
+    return choice.get("token_ids") or choice.get("output_ids") or []
+
+
+async def main():
+    headers = {{"Authorization": "Bearer " + os.environ[API_KEY_ENV]}} if API_KEY_ENV and API_KEY_ENV in os.environ else {{}}
+    gate = asyncio.Semaphore(CONCURRENCY)
+    async with httpx.AsyncClient(timeout=120, headers=headers) as client:
+        async def one(payload):
+            async with gate:
+                return await send(client, payload)
+        results = await asyncio.gather(*(one(p) for p in PAYLOADS))
+    failures = 0
+    for index, (got, want) in enumerate(zip(results, EXPECTED or [None] * len(results))):
+        same = want is None or list(got) == list(want)
+        failures += not same
+        print(f"request {{index}}: {{'OK' if same else 'MISMATCH'}}")
+        if not same:
+            split = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            print(f"  first difference at token {{split}}")
+            print(f"  expected: {{want}}")
+            print(f"  actual:   {{list(got)}}")
+    print(f"{{failures}} of {{len(results)}} requests differ from the expected tokens")
+    sys.exit(1 if failures else 0)
+
+
+asyncio.run(main())
+'''
+
+HF_TEMPLATE = '''#!/usr/bin/env python3
+"""Repro for: {title}
+
+Route: {route_desc}
+Runs the exact request(s) with plain transformers and compares with the expected token ids.
+Needs python3 with torch and transformers. Exit code 1 when the failure reproduces.
+"""
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+MODEL = {model!r}
+DRAFT = {draft!r}
+NUM_ASSISTANT_TOKENS = {num_assistant_tokens!r}
+PROMPT_LOOKUP = {prompt_lookup!r}
+REQUESTS = json.loads({requests!r})
+EXPECTED = json.loads({expected!r})
+
+model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
+kwargs = {{}}
+if DRAFT:
+    draft = AutoModelForCausalLM.from_pretrained(DRAFT, dtype=torch.float32).eval()
+    draft.generation_config.num_assistant_tokens = NUM_ASSISTANT_TOKENS
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    kwargs["assistant_model"] = draft
+failures = 0
+for index, (req, want) in enumerate(zip(REQUESTS, EXPECTED or [None] * len(REQUESTS))):
+    ids = torch.tensor([req["prompt_ids"]])
+    config = GenerationConfig(max_new_tokens=req["max_tokens"], do_sample=req["temperature"] > 0,
+                              temperature=req["temperature"] or None, eos_token_id=model.config.eos_token_id,
+                              pad_token_id=0, prompt_lookup_num_tokens=PROMPT_LOOKUP)
+    if req.get("seed") is not None:
+        torch.manual_seed(req["seed"])
+    with torch.inference_mode():
+        got = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **kwargs)[0, ids.shape[1]:].tolist()
+    same = want is None or got == want
+    failures += not same
+    print(f"request {{index}}: {{'OK' if same else 'MISMATCH'}}")
+    if not same:
+        print(f"  expected: {{want}}")
+        print(f"  actual:   {{got}}")
+print(f"{{failures}} of {{len(REQUESTS)}} requests differ from the expected tokens")
+sys.exit(1 if failures else 0)
+'''
+
+REFERENCE_TEMPLATE = '''#!/usr/bin/env python3
+"""Repro for: {title}
+
+Route: {route_desc} (the suite's own reference engine, so this script needs the suite installed).
+Sends the exact request(s) concurrently and compares with the expected token ids. Exit 1 when it reproduces.
+"""
+import asyncio, json, sys
+from fixtures.routes.base import Request
+from fixtures.routes.registry import build_route
+from fixtures.routes.spec import parse_route_uri
+from pathlib import Path
+
+URI = {uri!r}
+REQUESTS = [Request(**{{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()}}) for r in json.loads({requests!r})]
+EXPECTED = json.loads({expected!r})
+CONCURRENCY = {concurrency}
+
+
+async def main():
+    route = build_route(parse_route_uri("candidate", URI, base=Path.cwd()))
+    gate = asyncio.Semaphore(CONCURRENCY)
+    async def one(req):
+        async with gate:
+            return (await route.generate(req)).token_ids
+    results = await asyncio.gather(*(one(r) for r in REQUESTS))
+    failures = 0
+    for index, (got, want) in enumerate(zip(results, EXPECTED or [None] * len(results))):
+        same = want is None or list(got) == list(want)
+        failures += not same
+        if not same:
+            print(f"request {{index}} ({{REQUESTS[index].request_id}}): MISMATCH\\n  expected: {{want}}\\n  actual:   {{list(got)}}")
+    print(f"{{failures}} of {{len(results)}} requests differ from the expected tokens")
+    sys.exit(1 if failures else 0)
+
+
+asyncio.run(main())
+'''
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-")[:60] or "finding"
+
+
+def write_repro_scripts(run_dir: Path, report: dict[str, Any], redact=lambda text: text) -> list[str]:
+    """One script per finding that carries a repro block; returns the relative paths written."""
+    routes = {c["name"]: c for c in report.get("config", {}).get("candidates", [])}
+    baseline = report.get("config", {}).get("baseline")
+    if baseline:
+        routes.setdefault(baseline["name"], baseline)
+    written = []
+    for index, finding in enumerate(report["findings"]):
+        repro = finding.get("details", {}).get("repro")
+        spec = routes.get(finding["route"])
+        if not repro or not spec:
+            continue
+        name = f"repro/{index:03d}-{_slug(finding['check'])}-{_slug(finding.get('prompt_id') or finding['title'])}"
+        script, curl = render_repro(finding, repro, spec)
+        path = run_dir / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(redact(script))
+        path.chmod(0o755)
+        written.append(f"{name}.py")
+        if curl:
+            (run_dir / f"{name}.sh").write_text(redact(curl))
+            written.append(f"{name}.sh")
+    return written
+
+
+def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str | None]:
+    expected = json.dumps(repro.get("expected"))
+    route_desc = f"{spec['name']} ({spec['kind']})"
+    how = "concurrently (at most {0} in flight)".format(repro.get("concurrency", 1)) if repro.get("concurrency", 1) > 1 else "one at a time"
+    if spec["kind"] in ("openai", "sglang"):
+        payloads = [_openai_payload(r, spec["model"]) for r in repro["requests"]]
+        script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how,
+                                      base_url=spec["base_url"], api_key_env=spec.get("api_key_env"),
+                                      payloads=json.dumps(payloads), expected=expected,
+                                      concurrency=repro.get("concurrency", 1))
+        auth = f' -H "Authorization: Bearer ${spec["api_key_env"]}"' if spec.get("api_key_env") else ""
+        curl = "\n".join(f"curl -s {spec['base_url']}/completions -H 'Content-Type: application/json'{auth} "
+                         f"-d '{json.dumps(p)}'" for p in payloads[:20])
+        return script, "#!/bin/sh\n# Resend the failing request(s); compare choices[0].token_ids with the expected ids\n" + curl + "\n"
+    if spec["kind"] == "hf":
+        script = HF_TEMPLATE.format(title=finding["title"], route_desc=route_desc, model=spec["model"],
+                                    draft=spec.get("draft"), num_assistant_tokens=spec.get("num_assistant_tokens") or 4,
+                                    prompt_lookup=spec.get("prompt_lookup"),
+                                    requests=json.dumps(repro["requests"]), expected=expected)
+        return script, None
+    uri = "reference:?" + "&".join(f"{k}={v}" for k, v in spec.get("options", {}).items())
+    script = REFERENCE_TEMPLATE.format(title=finding["title"], route_desc=route_desc, uri=uri,
+                                       requests=json.dumps(repro["requests"]), expected=expected,
+                                       concurrency=repro.get("concurrency", 1))
+    return script, None

@@ -1,0 +1,105 @@
+"""Report rendering, comparison and redaction on synthetic run data (no routes needed)."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from reports.collector import RunCollector, CheckOutcome, WorkerState
+from reports.compare import compare_reports
+from reports.findings import Finding
+from reports.redact import Redactor
+from reports.render_html import render_html
+from reports.render_junit import render_junit
+from reports.render_markdown import render_summary
+from reports.run_report import build_run_report, verdict_of
+from reports.writer import write_run_folder
+from fixtures.routes.base import Request
+from reports.repro import repro_block
+
+SECRET = "sk-planted-secret-0123456789"
+
+
+def make_collector(tmp_path: Path, *, findings: list[Finding], outcomes: list[CheckOutcome]) -> RunCollector:
+    collector = RunCollector(run_dir=tmp_path / "run-1", run_id="run-1",
+                             config_public={"baseline": {"name": "baseline", "kind": "hf", "model": "m"},
+                                            "candidates": [{"name": "candidate", "kind": "openai", "model": "tiny",
+                                                            "base_url": "http://127.0.0.1:9/v1",
+                                                            "api_key_env": "KEY", "note": f"leaked {SECRET}"}]},
+                             redact=Redactor((SECRET,)), is_worker=False)
+    collector.findings = findings
+    collector.outcomes = {o.nodeid: o for o in outcomes}
+    collector.worker_states = [WorkerState(findings_recorded=len(findings),
+                                           acceptance={"candidate": {"drafts": 10, "draft_tokens": 40, "accepted": 18,
+                                                                     "accepted_per_pos": [8, 5, 3, 2]}}).__dict__]
+    collector.measurements = {"p_value": [{"test_id": "t::a", "name": "chi2", "p_value": 0.4}]}
+    return collector
+
+
+def greedy_finding() -> Finding:
+    req = Request(prompt_ids=(1, 2, 3), max_tokens=8, request_id="greedy-math-00")
+    return Finding(check="greedy", severity="bug", title=f"diverges at 5 ({SECRET})", route="candidate",
+                   prompt_id="math-00", test_id="equivalence/test_greedy.py::test_x[math-00]", uid="w0-1",
+                   details={"diff": "- a\n+ b", "divergence": {"position": 5},
+                            "repro": repro_block(requests=[req], expected=[[4, 5]], actual=[[4, 6]])})
+
+
+def test_verdicts():
+    assert verdict_of(failed=0, bug_findings=0, error_findings=0, not_verified=0, complete=True)[0] == "adopt"
+    assert verdict_of(failed=0, bug_findings=0, error_findings=0, not_verified=2, complete=True)[0] == "pilot"
+    assert verdict_of(failed=1, bug_findings=0, error_findings=1, not_verified=0, complete=True)[0] == "wait"
+    assert verdict_of(failed=1, bug_findings=1, error_findings=0, not_verified=0, complete=True)[0] == "avoid"
+    assert verdict_of(failed=0, bug_findings=0, error_findings=0, not_verified=0, complete=False)[0] == "wait"
+
+
+def test_run_folder_is_complete_redacted_and_parseable(tmp_path):
+    finding = greedy_finding()
+    collector = make_collector(tmp_path, findings=[finding], outcomes=[
+        CheckOutcome(finding.test_id, "greedy", "failed", 0.5, "diverges"),
+        CheckOutcome("equivalence/test_streaming.py::test_s", "streaming", "skipped", 0.0,
+                    "not verified: route 'candidate' lacks capability 'stream'")])
+    report = write_run_folder(collector)
+    files = {p.name for p in collector.run_dir.rglob("*") if p.is_file()}
+    assert {"report.json", "summary.md", "report.html", "junit.xml"} <= files
+    assert any(name.endswith(".py") for name in files) and any(name.endswith(".sh") for name in files)
+    for path in collector.run_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(), f"secret leaked into {path.name}"
+    assert report["verdict"] == "avoid" and report["not_verified"][0]["check"] == "streaming"
+    summary = (collector.run_dir / "summary.md").read_text()
+    assert summary.startswith("# Route qualification: **AVOID**") and "```diff" in summary and "<details>" in summary
+    junit = ET.fromstring((collector.run_dir / "junit.xml").read_text())
+    props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert props["check"] in ("greedy", "streaming") and props["finding.0.severity"] == "bug"
+    assert junit.find(".//failure") is not None and junit.find(".//skipped") is not None
+    html = (collector.run_dir / "report.html").read_text()
+    assert html.count("<svg") >= 3  # acceptance by position, divergence positions, p-value QQ
+    assert json.loads((collector.run_dir / "report.json").read_text())["acceptance"]["candidate"]["mean_acceptance_length"] == 2.8
+
+
+def test_lost_findings_mark_the_run_incomplete(tmp_path):
+    collector = make_collector(tmp_path, findings=[], outcomes=[])
+    collector.worker_states = [WorkerState(findings_recorded=2).__dict__]
+    report = build_run_report(collector)
+    assert not report["complete"] and report["findings_accounting"]["lost"] == 2 and report["verdict"] == "wait"
+
+
+def test_compare_lists_new_fixed_and_still_failing():
+    def rep(run_id, titles, mal):
+        return {"run_id": run_id, "verdict": "avoid", "findings": [
+            {"check": "greedy", "route": "c", "test_id": t, "title": t, "severity": "bug"} for t in titles],
+            "acceptance": {"c": {"mean_acceptance_length": mal}},
+            "measurements": {"p_value": [{"test_id": "d", "name": "chi2", "p_value": 0.5 if run_id == "a" else 0.001}]}}
+    diff = compare_reports(rep("b", ["t1", "t2"], 2.5), rep("a", ["t2", "t3"], 3.0))
+    assert [x.split(" ")[0] for x in diff["new"]] == ["t1"]
+    assert [x.split(" ")[0] for x in diff["fixed"]] == ["t3"]
+    assert [x.split(" ")[0] for x in diff["still_failing"]] == ["t2"]
+    assert diff["acceptance_length"]["c"]["change"] == -0.5
+    assert list(diff["p_value_crossings"]) == ["d|chi2"]
+
+
+def test_renderers_agree_on_counts(tmp_path):
+    collector = make_collector(tmp_path, findings=[], outcomes=[CheckOutcome("a::b", "greedy", "passed", 0.1)])
+    report = build_run_report(collector)
+    assert "| greedy | 1 | 0 |" in render_summary(report)
+    assert 'tests="1"' in render_junit(report) and "ADOPT" in render_html(report)
