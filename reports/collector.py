@@ -137,6 +137,7 @@ class RunCollector:
             outcome = "xfailed" if report.skipped else "xpassed"
         self.outcomes[report.nodeid] = CheckOutcome(report.nodeid, check, outcome, report.duration, _reason(report))
 
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
         state = getattr(node, "workeroutput", {}).get(WORKER_STATE_KEY)
         if state:

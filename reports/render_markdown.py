@@ -33,8 +33,12 @@ def render_summary(report: dict[str, Any]) -> str:
     lines += ["", f"## Findings ({len(report['findings'])})", ""]
     if not report["findings"]:
         lines.append("None.")
-    for finding in report["findings"][:MAX_FINDINGS_SHOWN]:
+    scripts = report.get("repro_scripts", [])
+    for index, finding in enumerate(report["findings"][:MAX_FINDINGS_SHOWN]):
         lines += _finding_block(finding)
+        mine = [s for s in scripts if s.startswith(f"repro/{index:03d}-")]
+        if mine:
+            lines += [f"- repro: " + ", ".join(f"`{s}`" for s in mine) + " (standalone; run from the run folder)", ""]
     if len(report["findings"]) > MAX_FINDINGS_SHOWN:
         lines.append(f"... and {len(report['findings']) - MAX_FINDINGS_SHOWN} more in report.json")
     if report["not_verified"]:
