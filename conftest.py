@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.config import SuiteConfig, suite_config_from_options
+from fixtures.config import SUITE_CONFIG_KEY, SuiteConfig, suite_config_from_options
 from fixtures.routes.errors import RouteError
 from fixtures.routes.spec import ConfigError
 from reports.collector import WORKER_STATE_KEY, RunCollector, check_of, new_run_id
@@ -17,7 +17,7 @@ from reports.findings import Finding
 from reports.redact import Redactor
 from reports.writer import write_run_folder
 
-CONFIG_KEY = pytest.StashKey[SuiteConfig]()
+CONFIG_KEY = SUITE_CONFIG_KEY
 COLLECTOR_KEY = pytest.StashKey[RunCollector]()
 RUN_ID_INPUT = "spec_suite_run_id"
 ROOT = Path(__file__).resolve().parent
@@ -34,6 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--prompt-limit", dest="prompt_limit", help="at most this many prompts per category")
     group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long)")
     group.addoption("--compare-to", dest="compare_to", help="a previous run folder: list new, fixed and still-failing findings")
+    group.addoption("--near-tie-tau", dest="near_tie_tau",
+                    help="pin the near-tie margin tau in nats (default: from the A/A calibration)")
     group.addoption("--torch-threads", dest="torch_threads", help="torch threads per worker (default 1)")
     group.addoption("--concurrency", help="concurrency levels for stressors (default 1,8,32)")
     group.addoption("--alpha", help="family-wise false-alarm rate of the statistical tests (default 0.01)")
@@ -48,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = {name: config.getoption(name) for name in (
         "baseline", "candidate", "routes", "report_dir", "greedy_policy", "max_new_tokens", "prompt_limit",
         "categories", "torch_threads", "concurrency", "alpha", "detect_tv", "samples_per_prompt", "seed",
-        "stress_requests", "compare_to")}
+        "stress_requests", "compare_to", "near_tie_tau")}
     try:
         suite = suite_config_from_options(options, rootdir=ROOT)
     except ConfigError as exc:

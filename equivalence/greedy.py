@@ -50,6 +50,12 @@ def first_divergence(*, baseline: Sequence[int], candidate: Sequence[int]) -> in
     return None
 
 
+def exposure(*, baseline: Sequence[int], candidate: Sequence[int]) -> int:
+    """Tokens at which a split could have happened: the shared prefix plus the divergent position."""
+    position = first_divergence(baseline=baseline, candidate=candidate)
+    return min(len(baseline), len(candidate)) if position is None else position + 1
+
+
 def compare_greedy(*, baseline: Completion, candidate: Completion, decode: Decode) -> Divergence | None:
     """None when both routes produced the same tokens and finish reason."""
     a, b = list(baseline.token_ids), list(candidate.token_ids)

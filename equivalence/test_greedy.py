@@ -1,11 +1,32 @@
-"""Greedy equivalence: at temperature 0 the candidate must emit the baseline's tokens, prompt by prompt."""
+"""Greedy equivalence: at temperature 0 the candidate must emit the baseline's tokens, prompt by prompt.
+
+Every first divergence is classified (equivalence/divergence.py): the candidate's token is
+teacher-forced through the baseline and its margin to the baseline's top-1 is compared
+with tau from the A/A calibration (equivalence/calibration.py).
+
+Policy (--greedy-policy):
+- strict (default): any divergence fails, whatever its class; the finding still says
+  whether it looked like a near-tie. Right for the embedded pair and for any engine run
+  in a batch-invariant mode (vLLM VLLM_BATCH_INVARIANT=1, SGLang
+  --enable-deterministic-inference, llama.cpp on one slot), where the numbers must match.
+- classify: near-ties become "near-tie" findings and do not fail; bugs (margin above tau,
+  token outside the baseline's top-k, length/finish differences, unclassifiable splits)
+  still fail. Use it on real GPU hardware without batch invariance, where even the
+  baseline disagrees with itself across batch compositions (Thinking Machines: 80
+  distinct greedy outputs of 1000; vLLM's own test accepts 66% exact). Calibrate on the
+  same hardware and engine build, and read the near-tie rate test below: a candidate
+  that splits at near-ties far more often than the baseline does against itself runs its
+  verifier at a different precision.
+"""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from equivalence.greedy import compare_greedy
+from equivalence.calibration import near_tie_excess
+from equivalence.divergence import classify_divergence
+from equivalence.greedy import compare_greedy, exposure
 from fixtures.prompts.encode import encode_prompt
 from fixtures.routes.base import Request
 from reports.findings import Finding
@@ -13,24 +34,84 @@ from reports.findings import Finding
 pytestmark = pytest.mark.check("greedy")
 
 
-def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_config, findings):
-    req = Request(prompt_ids=encode_prompt(tokenizer, prompt.text), max_tokens=suite_config.max_new_tokens,
-                  temperature=0.0, request_id=f"greedy-{prompt.id}")
+def _greedy_request(prompt_ids, max_tokens: int, request_id: str) -> Request:
+    return Request(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens, temperature=0.0, request_id=request_id)
+
+
+def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_config, calibration,
+                                 eos_token_id, findings):
+    req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens, f"greedy-{prompt.id}")
     expected = baseline.generate(req)
     actual = candidate.generate(req)
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
     if divergence is None:
         return
+    verdict = classify_divergence(baseline=baseline, prompt_ids=req.prompt_ids, divergence=divergence,
+                                  baseline_completion=expected, candidate_completion=actual,
+                                  max_tokens=req.max_tokens, tau=calibration.get().tau,
+                                  eos_token_id=eos_token_id, decode=tokenizer.decode)
+    excused = suite_config.greedy_policy == "classify" and verdict.is_near_tie
+    findings.measure("divergence", position=divergence.position, verdict=verdict.verdict, margin=verdict.margin,
+                     tau=verdict.tau, prompt_id=prompt.id, route=candidate.name)
     findings.add(Finding(
-        check="greedy", severity="bug", route=candidate.name, prompt_id=prompt.id,
-        title=f"greedy output diverges from the baseline at token {divergence.position} of prompt {prompt.id}",
-        details={"diff": divergence.diff(), "divergence": dataclasses.asdict(divergence),
+        check="greedy", severity="near-tie" if excused else "bug", route=candidate.name, prompt_id=prompt.id,
+        title=(f"greedy output diverges from the baseline at token {divergence.position} of prompt {prompt.id} "
+               f"({verdict.verdict})"),
+        details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}",
+                 "divergence": dataclasses.asdict(divergence), "classification": verdict.to_details(),
+                 "calibration": calibration.get().describe(), "policy": suite_config.greedy_policy,
                  "prompt_category": prompt.category, "prompt_ids": list(req.prompt_ids),
                  "max_tokens": req.max_tokens, "baseline_tokens": list(expected.token_ids),
                  "candidate_tokens": list(actual.token_ids)},
     ))
+    if excused:
+        return
     pytest.fail(
         f"prompt {prompt.id}: candidate '{candidate.name}' diverges from baseline '{baseline.name}' at token "
         f"{divergence.position}: baseline {divergence.baseline_token} {divergence.baseline_token_text!r}, "
-        f"candidate {divergence.candidate_token} {divergence.candidate_token_text!r}\n{divergence.diff()}",
+        f"candidate {divergence.candidate_token} {divergence.candidate_token_text!r}\n{divergence.diff()}\n"
+        f"  classification ({suite_config.greedy_policy} policy): {verdict.summary()}",
         pytrace=False)
+
+
+@pytest.mark.check("near-tie")
+def test_near_tie_rate_matches_aa(baseline, candidate, tokenizer, suite_config, calibration, eos_token_id,
+                                  findings):
+    """Fisher exact: near-ties per token on the candidate vs the baseline's flips against itself.
+
+    Runs on the calibration prompts (outputs are memoised, so the greedy test's work is
+    reused on the same worker). An excess is a warning, not a failure: the divergences
+    themselves are judged by test_greedy_matches_baseline. Check family "near-tie" (the
+    reference engine's logit_noise fault names it), so the greedy counts stay per prompt.
+    """
+    aa = calibration.get()
+    near, tokens = 0, 0
+    for prompt in calibration.records:
+        req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens,
+                              f"greedy-{prompt.id}")
+        expected, actual = baseline.generate(req), candidate.generate(req)
+        tokens += exposure(baseline=expected.token_ids, candidate=actual.token_ids)
+        divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
+        if divergence is None:
+            continue
+        verdict = classify_divergence(baseline=baseline, prompt_ids=req.prompt_ids, divergence=divergence,
+                                      baseline_completion=expected, candidate_completion=actual,
+                                      max_tokens=req.max_tokens, tau=aa.tau, eos_token_id=eos_token_id,
+                                      decode=tokenizer.decode)
+        near += verdict.is_near_tie
+    p_value = near_tie_excess(ab_near_ties=near, ab_tokens=tokens, aa_near_ties=aa.aa_flips, aa_tokens=aa.aa_tokens)
+    findings.measure("calibration", route=baseline.name, tau=aa.tau, logprob_tol=aa.logprob_tol, noise=aa.noise,
+                     compared=aa.compared, aa_flips=aa.aa_flips, aa_tokens=aa.aa_tokens, seconds=aa.seconds,
+                     notes=list(aa.notes), ab_near_ties=near, ab_tokens=tokens, candidate=candidate.name)
+    if p_value is not None and near + aa.aa_flips > 0:
+        findings.measure("p_value", p_value=p_value, name="near-tie excess (Fisher, candidate vs A/A)")
+    if p_value is None or p_value >= suite_config.alpha:
+        return
+    findings.add(Finding(
+        check="near-tie", severity="warning", route=candidate.name,
+        title=(f"candidate '{candidate.name}' splits at near-ties more often than baseline '{baseline.name}' "
+               f"does against itself (Fisher p={p_value:.2g})"),
+        details={"diff": (f"candidate near-ties {near}/{tokens} tokens vs baseline A/A flips "
+                          f"{aa.aa_flips}/{aa.aa_tokens} tokens"),
+                 "p_value": p_value, "alpha": suite_config.alpha, "calibration": aa.describe(),
+                 "hint": "the verifier may run at a different precision or kernel than the baseline"}))

@@ -41,7 +41,7 @@ def test_default_pair_passes_and_writes_the_run_folder(tmp_path):
 
 def test_planted_divergence_fails_naming_prompt_and_position(tmp_path):
     candidate = f"hf:{TARGET}?draft={DRAFT}&num_assistant_tokens=4&plant=divergence@5"
-    result, report = run_suite(tmp_path, "-n", "2", "--prompt-limit", "2", "--categories", "math,code",
+    result, report = run_suite(tmp_path, "-n", "2", "--prompt-limit", "2", "--categories", "math,chat",
                                "--candidate", candidate)
     assert result.returncode == 1, result.stdout[-3000:]
     failed = report["checks"]["greedy"].get("failed", 0)

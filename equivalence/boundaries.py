@@ -1,0 +1,209 @@
+"""Length, stop and EOS boundaries, where a speculative step emits several tokens at once.
+
+A verifier that accepts k drafts plus a bonus token must still stop exactly at
+max_tokens, at the first stop string, stop token id or EOS inside that block, and report
+the right finish_reason and usage (sglang#31599, sglang#37450, ik_llama.cpp#2358). The
+sweep runs max_tokens = 1..k+2 (k = draft tokens per step) so every position of the first
+verify block and the step after it is a boundary once.
+
+Cases are built from the baseline's own greedy output so that each stop condition
+really fires inside the sweep: a stop string or stop token id first completed at output
+token j, and "EOS reachable" prompts (prompt + output up to j tokens before the
+baseline's EOS) so EOS falls at j. Every completion is checked on its own (invariants
+below) and then against the other route (equal tokens, text and finish_reason).
+Environment: none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from fixtures.routes.base import Completion, Request, RouteInventory, TokenIds
+
+Decode = Callable[[Sequence[int]], str]
+DEFAULT_DEPTH = 4
+DEPTH_KEYS = ("num_speculative_tokens", "num_assistant_tokens", "num_draft_tokens", "prompt_lookup_num_tokens",
+              "speculative_num_draft_tokens", "k")
+VARIANTS = ("plain", "eos", "ignore_eos", "stop_string", "stop_token")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One request of the sweep and the stop conditions it carries."""
+
+    variant: str
+    request: Request
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def label(self) -> str:
+        extra = []
+        if self.request.stop:
+            extra.append(f"stop={list(self.request.stop)}")
+        if self.request.stop_token_ids:
+            extra.append(f"stop_token_ids={list(self.request.stop_token_ids)}")
+        if self.request.ignore_eos:
+            extra.append("ignore_eos")
+        return f"{self.variant} max_tokens={self.request.max_tokens}" + (f" ({', '.join(extra)})" if extra else "")
+
+    @property
+    def can_stop(self) -> bool:
+        return bool(self.stop_ids or self.request.stop)
+
+
+def speculation_depth(inventory: RouteInventory | None, spec=None, default: int = DEFAULT_DEPTH) -> int:
+    """Draft tokens per step: from the route's inventory, else its spec, else `default`."""
+    speculation = dict(inventory.speculation) if inventory is not None else {}
+    for key in DEPTH_KEYS:
+        value = speculation.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    for attr in ("num_assistant_tokens", "prompt_lookup"):
+        value = getattr(spec, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+def first_completion(tokens: Sequence[int], *, predicate: Callable[[Sequence[int]], bool]) -> int | None:
+    """Smallest j such that predicate(tokens[:j+1]) holds; None if never."""
+    for j in range(len(tokens)):
+        if predicate(tokens[: j + 1]):
+            return j
+    return None
+
+
+def pick_stop_string(tokens: Sequence[int], *, decode: Decode, positions: Sequence[int]) -> tuple[str, int] | None:
+    """A stop string whose first completion is at one of `positions` (tried in order)."""
+    for j in positions:
+        if j >= len(tokens):
+            continue
+        piece = decode([tokens[j]])
+        if not piece.strip() or not piece.isprintable():
+            continue
+        if first_completion(tokens, predicate=lambda t: piece in decode(t)) == j:
+            return piece, j
+    return None
+
+
+def pick_stop_token(tokens: Sequence[int], *, avoid: set[int], positions: Sequence[int]) -> tuple[int, int] | None:
+    """A token id that first occurs at one of `positions`."""
+    for j in positions:
+        if j < len(tokens) and tokens[j] not in avoid and tokens[j] not in tokens[:j]:
+            return tokens[j], j
+    return None
+
+
+def sweep(base: Request, depth: int) -> list[Request]:
+    return [replace(base, max_tokens=m, request_id=f"{base.request_id}-m{m}") for m in range(1, depth + 3)]
+
+
+def build_cases(*, variant: str, prompt_ids: TokenIds, reference: Completion, depth: int, eos_token_id: int | None,
+                decode: Decode, request_id: str) -> tuple[list[Case], str]:
+    """The sweep for one variant and a note on how it was built; an empty list says why in the note."""
+    base = Request(prompt_ids=tuple(prompt_ids), max_tokens=1, temperature=0.0, request_id=request_id)
+    eos = frozenset() if eos_token_id is None else frozenset({eos_token_id})
+    tokens = list(reference.token_ids)
+    inside = [1, depth // 2 + 1, depth, 2, 3]
+    if variant == "plain":
+        return [Case(variant, r, eos) for r in sweep(base, depth)], "no stop conditions beyond EOS"
+    if variant == "stop_string":
+        picked = pick_stop_string(tokens, decode=decode, positions=inside)
+        if picked is None:
+            return [], "no stop string with a unique first completion in the baseline output"
+        stop, j = picked
+        return ([Case(variant, r, eos) for r in sweep(replace(base, stop=(stop,)), depth)],
+                f"stop string {stop!r} first completed at output token {j}")
+    if variant == "stop_token":
+        picked = pick_stop_token(tokens, avoid=set(eos), positions=inside)
+        if picked is None:
+            return [], "no token id with a unique first occurrence in the baseline output"
+        token, j = picked
+        return ([Case(variant, r, eos | {token}) for r in sweep(replace(base, stop_token_ids=(token,)), depth)],
+                f"stop token id {token} ({decode([token])!r}) first emitted at output token {j}")
+    if eos_token_id is None or eos_token_id not in tokens:
+        return [], "the baseline did not reach EOS on this prompt"
+    at = tokens.index(eos_token_id)
+    if variant == "eos":
+        cases, where = [], sorted({min(1, at), min(depth, at)})
+        for j in where:
+            cases += [Case(variant, r, eos) for r in sweep(
+                replace(base, prompt_ids=base.prompt_ids + tuple(tokens[:at - j]), request_id=f"{request_id}-eos@{j}"),
+                depth)]
+        return cases, f"prompt extended so EOS is output token {' and '.join(map(str, where))} (baseline EOS at {at})"
+    if variant == "ignore_eos":
+        j = min(1, at)
+        prompt = base.prompt_ids + tuple(tokens[:at - j])
+        return ([Case(variant, r) for r in sweep(replace(base, prompt_ids=prompt, ignore_eos=True), depth)],
+                f"prompt extended so EOS would be output token {j}; ignore_eos must run to max_tokens")
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def violations(*, case: Case, completion: Completion, decode: Decode) -> list[str]:
+    """What is wrong with one route's answer to one case, on its own."""
+    req, tokens = case.request, list(completion.token_ids)
+    problems = []
+    if len(tokens) > req.max_tokens:
+        problems.append(f"{len(tokens)} tokens for max_tokens={req.max_tokens}")
+    if completion.usage_completion_tokens is not None and completion.usage_completion_tokens != len(tokens):
+        problems.append(f"usage.completion_tokens={completion.usage_completion_tokens} "
+                        f"but {len(tokens)} tokens returned")
+    stopped_at = first_completion(tokens, predicate=lambda t: _stops(t, case, decode))
+    if stopped_at is not None and stopped_at < len(tokens) - 1:
+        problems.append(f"{len(tokens) - 1 - stopped_at} token(s) after the stop condition completed at token "
+                        f"{stopped_at}: {decode(tokens[stopped_at + 1:])!r}")
+    for stop in req.stop:
+        if stop in completion.text:
+            problems.append(f"returned text still contains the stop string {stop!r}")
+    ended_by_stop = stopped_at is not None
+    if ended_by_stop and completion.finish_reason != "stop":
+        problems.append(f"finish_reason {completion.finish_reason!r} but the output ends at a stop condition")
+    elif not ended_by_stop:
+        if completion.finish_reason == "length" and len(tokens) < req.max_tokens:
+            problems.append(f"finish_reason 'length' after {len(tokens)} of max_tokens={req.max_tokens}")
+        elif completion.finish_reason == "stop" and (len(tokens) >= req.max_tokens or not case.can_stop):
+            problems.append(f"finish_reason 'stop' after {len(tokens)} tokens without a stop condition")
+        elif completion.finish_reason not in ("stop", "length"):
+            problems.append(f"unexpected finish_reason {completion.finish_reason!r}")
+    return problems
+
+
+def _stops(tokens: Sequence[int], case: Case, decode: Decode) -> bool:
+    if tokens and tokens[-1] in case.stop_ids:
+        return True
+    return bool(case.request.stop) and any(s in decode(tokens) for s in case.request.stop)
+
+
+@dataclass
+class SweepResult:
+    """Problems found by one sweep, each prefixed by its case; `first_bad` is the first failing case."""
+
+    cases: int
+    problems: list[str]
+    first_bad: tuple[Case, Completion, Completion] | None = None
+
+
+def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> SweepResult:
+    """Send every case to both routes (RouteHandles); check each answer alone and against the other."""
+    result = SweepResult(cases=len(cases), problems=[])
+    for case in cases:
+        expected, actual = baseline.generate(case.request), candidate.generate(case.request)
+        found = [f"candidate '{candidate.name}': {p}" for p in violations(case=case, completion=actual, decode=decode)]
+        found += [f"baseline '{baseline.name}': {p}" for p in violations(case=case, completion=expected, decode=decode)]
+        found += differences(baseline=expected, candidate=actual)
+        if found:
+            result.first_bad = result.first_bad or (case, expected, actual)
+            result.problems += [f"[{case.label}] {p}" for p in found]
+    return result
+
+
+def differences(*, baseline: Completion, candidate: Completion) -> list[str]:
+    """Where the two routes' answers to the same case differ, naming both sides."""
+    out = []
+    if baseline.token_ids != candidate.token_ids:
+        out.append(f"tokens: baseline {list(baseline.token_ids)} vs candidate {list(candidate.token_ids)}")
+    if baseline.finish_reason != candidate.finish_reason:
+        out.append(f"finish_reason: baseline {baseline.finish_reason!r} vs candidate {candidate.finish_reason!r}")
+    if baseline.text != candidate.text:
+        out.append(f"text: baseline {baseline.text!r} vs candidate {candidate.text!r}")
+    return out

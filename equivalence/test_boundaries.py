@@ -1,0 +1,77 @@
+"""Boundary sweep: max_tokens 1..k+2 with stop strings, stop token ids, EOS reachable and ignore_eos.
+
+One test per (variant, lean prompt); each sends k+2 short greedy requests to both routes
+and checks every answer on its own (length, usage, nothing after a stop, finish_reason)
+and against the other route. When the baseline's output on the lean prompt cannot host
+the variant's stop condition (too short, no EOS), the next few prompts are tried; with
+none, the variant is skipped as "not verified".
+"""
+from __future__ import annotations
+
+import pytest
+
+from equivalence.boundaries import VARIANTS, build_cases, run_sweep, speculation_depth
+from fixtures.prompts.encode import encode_prompt
+from fixtures.prompts.records import load_prompt_set
+from fixtures.routes.base import Request
+from reports.findings import Finding
+
+pytestmark = pytest.mark.check("boundary")
+
+SEARCH = 5
+SHOWN = 12
+
+
+def _reference(baseline, tokenizer, prompt, max_tokens: int):
+    """The baseline's greedy output (the same request as the greedy test, so the memo is reused)."""
+    req = Request(prompt_ids=encode_prompt(tokenizer, prompt.text), max_tokens=max_tokens, temperature=0.0,
+                  request_id=f"greedy-{prompt.id}")
+    return req.prompt_ids, baseline.generate(req)
+
+
+def _sources(lean_prompt, suite_config):
+    """The lean prompt, the next of its category, then the first of each following category.
+
+    For variants whose stop condition may not fire on the lean prompt (a short answer, no EOS);
+    following categories first, so two lean prompts do not fall back onto each other.
+    """
+    everything = load_prompt_set(suite_config.categories)
+    categories = list(dict.fromkeys(p.category for p in everything))
+    start = categories.index(lean_prompt.category)
+    same = [p for p in everything if p.category == lean_prompt.category and p.id != lean_prompt.id][:1]
+    following = [next(p for p in everything if p.category == c)
+                 for c in categories[start + 1:] + categories[:start]]
+    return [lean_prompt, *same, *following][:SEARCH]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, suite_config, eos_token_id, findings):
+    depth = speculation_depth(candidate.inventory(), candidate.spec)
+    notes = []
+    for source in _sources(lean_prompt, suite_config):
+        prompt_ids, ref = _reference(baseline, tokenizer, source, suite_config.max_new_tokens)
+        cases, how = build_cases(variant=variant, prompt_ids=prompt_ids, reference=ref, depth=depth,
+                                 eos_token_id=eos_token_id, decode=tokenizer.decode,
+                                 request_id=f"boundary-{variant}-{source.id}")
+        if cases:
+            break
+        notes.append(f"{source.id}: {how}")
+    else:
+        pytest.skip(f"not verified: {variant} boundaries: no usable prompt among {'; '.join(notes)}")
+    result = run_sweep(baseline=baseline, candidate=candidate, cases=cases, decode=tokenizer.decode)
+    problems = result.problems
+    if not problems:
+        return
+    case, expected, actual = result.first_bad
+    shown = "\n".join(problems[:SHOWN]) + (f"\n... {len(problems) - SHOWN} more" if len(problems) > SHOWN else "")
+    findings.add(Finding(
+        check="boundary", severity="bug", route=candidate.name, prompt_id=source.id,
+        title=f"{variant} boundary violations on prompt {source.id} (k={depth}; first: {case.label})",
+        details={"diff": shown, "how": how, "speculation_depth": depth,
+                 "first_case": {"prompt_ids": list(case.request.prompt_ids), "max_tokens": case.request.max_tokens,
+                                "stop": list(case.request.stop), "stop_token_ids": list(case.request.stop_token_ids),
+                                "ignore_eos": case.request.ignore_eos},
+                 "baseline_tokens": list(expected.token_ids), "candidate_tokens": list(actual.token_ids),
+                 "problems": problems[:100]}))
+    pytest.fail(f"{variant} sweep on prompt {source.id} (baseline '{baseline.name}' vs candidate "
+                f"'{candidate.name}', k={depth}; {how}):\n{shown}", pytrace=False)

@@ -1,0 +1,51 @@
+"""Logprob consistency: the candidate's returned logprobs are the baseline target's, within A/A noise.
+
+Runs at temperature 0 on the lean prompts. The baseline teacher-forces the candidate's own
+tokens; without teacher forcing, its own logprobs over the shared prefix are used.
+"""
+from __future__ import annotations
+
+import pytest
+
+from equivalence.logprobs import baseline_reference, compare_logprobs, summarize
+from fixtures.prompts.encode import encode_prompt
+from fixtures.routes.base import Request
+from fixtures.routes.errors import CapabilityMissing
+from reports.findings import Finding
+
+pytestmark = pytest.mark.check("logprobs")
+
+TOP_K = 5
+
+
+def test_logprobs_match_baseline(lean_prompt, baseline, candidate, tokenizer, suite_config, calibration, findings):
+    candidate.require("logprobs")
+    k = min(TOP_K, int(candidate.capabilities.logprobs))
+    req = Request(prompt_ids=encode_prompt(tokenizer, lean_prompt.text), max_tokens=suite_config.max_new_tokens,
+                  temperature=0.0, logprobs=k, request_id=f"logprobs-{lean_prompt.id}")
+    actual = candidate.generate(req)
+    if actual.logprobs is None:
+        findings.add(Finding(check="logprobs", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
+                             title=f"candidate '{candidate.name}' returned no logprobs although it advertises them",
+                             details={"diff": f"requested logprobs={k}, got none", "prompt_ids": list(req.prompt_ids)}))
+        pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' returned no logprobs for logprobs={k} "
+                    f"(baseline '{baseline.name}' was not needed)", pytrace=False)
+    try:
+        reference, method = baseline_reference(baseline, req, actual.token_ids, top_k=k)
+    except CapabilityMissing as exc:
+        pytest.skip(f"not verified: {exc}")
+    aa = calibration.get()
+    mismatches = compare_logprobs(candidate=actual.logprobs, baseline=reference, tokens=actual.token_ids,
+                                  tol=aa.logprob_tol, tau=aa.tau, greedy=True)
+    if not mismatches:
+        return
+    text = summarize(mismatches)
+    findings.add(Finding(
+        check="logprobs", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
+        title=(f"candidate '{candidate.name}' logprobs disagree with baseline '{baseline.name}' on prompt "
+               f"{lean_prompt.id} ({len(mismatches)} mismatches)"),
+        details={"diff": text, "reference": method, "calibration": aa.describe(),
+                 "prompt_ids": list(req.prompt_ids), "candidate_tokens": list(actual.token_ids),
+                 "mismatches": [m.__dict__ for m in mismatches[:50]]}))
+    pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' vs baseline '{baseline.name}' "
+                f"({method}; {aa.describe()}):\n{text}", pytrace=False)

@@ -1,0 +1,122 @@
+"""Streaming parity: a streamed (SSE) answer is the non-streamed answer, delivered in pieces.
+
+Speculative engines emit several tokens per step, so stream chunking is where tokens get
+duplicated, dropped or counted twice. Greedy requests, on the lean prompts, with and
+without a stop string. The adapter folds the events and raises when a stream carries no
+finish_reason or more than one, or closes before [DONE] (that error becomes a finding);
+this test compares the folded result with the plain request.
+A token split between the two deliveries is classified like a greedy divergence (the
+baseline teacher-forces the streamed token): under --greedy-policy classify a near-tie is
+reported as nondeterminism, not as a streaming bug; strict fails it like any split.
+Routes that cannot stream are skipped and reported "not verified".
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from equivalence.divergence import classify_divergence
+from equivalence.greedy import compare_greedy
+from fixtures.prompts.encode import encode_prompt
+from fixtures.routes.base import Completion, Request
+from reports.findings import Finding
+
+pytestmark = pytest.mark.check("streaming")
+
+FINISH_REASONS = ("stop", "length")
+
+
+def delivery_differences(*, plain: Completion, streamed: Completion) -> list[str]:
+    """Where the two deliveries of one greedy request differ, naming both sides."""
+    problems = []
+    if streamed.token_ids != plain.token_ids:
+        problems.append(f"token ids differ: stream {list(streamed.token_ids)[:24]} "
+                        f"vs non-stream {list(plain.token_ids)[:24]}")
+    if streamed.text != plain.text:
+        problems.append(f"text differs: stream {streamed.text[:120]!r} vs non-stream {plain.text[:120]!r}")
+    if streamed.finish_reason != plain.finish_reason:
+        problems.append(f"finish_reason differs: stream {streamed.finish_reason!r} "
+                        f"vs non-stream {plain.finish_reason!r}")
+    return problems
+
+
+def accounting_problems(*, plain: Completion, streamed: Completion) -> list[str]:
+    """finish_reason and usage that do not add up, on either delivery."""
+    problems = []
+    for side, c in (("stream", streamed), ("non-stream", plain)):
+        if c.finish_reason not in FINISH_REASONS:
+            problems.append(f"{side} finish_reason {c.finish_reason!r} is not one of {FINISH_REASONS}")
+        if c.usage_completion_tokens is None:
+            problems.append(f"{side} reports no usage.completion_tokens")
+        elif c.usage_completion_tokens != len(c.token_ids):
+            problems.append(f"{side} usage.completion_tokens={c.usage_completion_tokens} "
+                            f"but {len(c.token_ids)} tokens returned")
+    if streamed.stream_events is not None and streamed.token_ids and streamed.stream_events < 1:
+        problems.append("stream returned tokens without any event")
+    return problems
+
+
+def stream_problems(*, plain: Completion, streamed: Completion) -> list[str]:
+    return delivery_differences(plain=plain, streamed=streamed) + accounting_problems(plain=plain, streamed=streamed)
+
+
+@pytest.mark.parametrize("with_stop", [False, True], ids=["plain", "stop-string"])
+def test_stream_matches_non_stream(lean_prompt, baseline, candidate, tokenizer, suite_config, calibration,
+                                   eos_token_id, with_stop, findings):
+    candidate.require("stream")
+    req = Request(prompt_ids=encode_prompt(tokenizer, lean_prompt.text), max_tokens=suite_config.max_new_tokens,
+                  temperature=0.0, request_id=f"stream-{lean_prompt.id}")
+    plain = candidate.generate(req)
+    if with_stop:
+        stop = _stop_inside(plain, tokenizer)
+        if stop is None:
+            pytest.skip(f"not verified: no usable stop string in the output of prompt {lean_prompt.id}")
+        req = replace(req, stop=(stop,))
+        plain = candidate.generate(req)
+    streamed = candidate.generate(replace(req, stream=True, request_id=req.request_id + "-sse"))
+    problems = delivery_differences(plain=plain, streamed=streamed)
+    verdict = None
+    if problems:
+        verdict = _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id)
+        if verdict is not None and verdict.is_near_tie and suite_config.greedy_policy == "classify":
+            findings.add(Finding(
+                check="streaming", severity="near-tie", route=candidate.name, prompt_id=lean_prompt.id,
+                title=(f"candidate '{candidate.name}' stream and non-stream split at a near-tie "
+                       f"(prompt {lean_prompt.id})"),
+                details={"diff": "\n".join(problems + [f"classification: {verdict.summary()}"]),
+                         "classification": verdict.to_details(), "prompt_ids": list(req.prompt_ids)}))
+            problems = []
+        elif verdict is not None:
+            problems.append(f"first split classified against baseline '{baseline.name}': {verdict.summary()}")
+    problems += accounting_problems(plain=plain, streamed=streamed)
+    if not problems:
+        return
+    findings.add(Finding(
+        check="streaming", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
+        title=f"candidate '{candidate.name}' streams a different answer than it returns (prompt {lean_prompt.id})",
+        details={"diff": "\n".join(problems), "stop": list(req.stop), "prompt_ids": list(req.prompt_ids),
+                 "stream_events": streamed.stream_events,
+                 "classification": verdict.to_details() if verdict is not None else None}))
+    pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' stream vs non-stream:\n" + "\n".join(problems),
+                pytrace=False)
+
+
+def _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id):
+    """A token split between the deliveries is nondeterminism; classify it like a greedy divergence."""
+    divergence = compare_greedy(baseline=plain, candidate=streamed, decode=tokenizer.decode)
+    if divergence is None:
+        return None
+    return classify_divergence(baseline=baseline, prompt_ids=req.prompt_ids, divergence=divergence,
+                               baseline_completion=plain, candidate_completion=streamed, max_tokens=req.max_tokens,
+                               tau=calibration.get().tau, eos_token_id=eos_token_id, decode=tokenizer.decode)
+
+
+def _stop_inside(completion: Completion, tokenizer) -> str | None:
+    """A short piece of the output's middle, so the stop lands inside a speculative block."""
+    tokens = completion.token_ids
+    for position in range(len(tokens) // 3, len(tokens)):
+        piece = tokenizer.decode([tokens[position]]).strip()
+        if len(piece) >= 2 and piece.isprintable():
+            return piece
+    return None

@@ -1,0 +1,48 @@
+"""The seed check: a route that honours seeds passes, one that drops them fails, one without them skips."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import equivalence.test_seeds as seeds_suite
+from tests.test_greedy_routes import Rewired, Sink, handle, hf_route, prompts, reference_route, suite_config, tokenizer
+
+
+def run_seeds(prompt, candidate):
+    sink = Sink()
+    try:
+        seeds_suite.test_same_seed_same_tokens(lean_prompt=prompt, candidate=candidate, tokenizer=tokenizer(),
+                                               suite_config=suite_config(), findings=sink)
+    except pytest.fail.Exception as failure:
+        return str(failure), sink.items
+    return None, sink.items
+
+
+@pytest.mark.parametrize("kind", ["hf-assisted", "reference"])
+def test_seeded_routes_pass(kind):
+    route = hf_route("candidate", True) if kind == "hf-assisted" else reference_route("candidate")
+    try:
+        for prompt in prompts(("chat", "json"), 1):
+            failure, found = run_seeds(prompt, handle(route, "candidate"))
+            assert failure is None and found == [], f"{prompt.id}: {failure}"
+    finally:
+        if kind == "reference":
+            route.batcher.close()
+
+
+def test_dropped_seed_fails_with_a_finding():
+    candidate = handle(Rewired(hf_route("candidate", True), request=lambda r: replace(r, seed=None)), "candidate")
+    failures = [run_seeds(p, candidate) for p in prompts(("chat", "json", "math"), 1)]
+    failed = [(f, found) for f, found in failures if f]
+    assert failed, "dropping the seed never changed a sampled output"
+    failure, (finding,) = failed[0]
+    assert "does not honour seed" in failure and "candidate 'candidate'" in failure
+    assert finding.check == "seeds" and finding.severity == "bug" and "run 2" in finding.details["diff"]
+
+
+def test_route_without_seed_support_is_not_verified():
+    inner = hf_route("candidate", True)
+    blind = handle(Rewired(inner, capabilities=replace(inner.capabilities, seed=False)), "candidate")
+    with pytest.raises(pytest.skip.Exception, match="not verified.*seed"):
+        run_seeds(prompts(("math",), 1)[0], blind)
