@@ -181,7 +181,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if workeroutput is not None:
         workeroutput[WORKER_STATE_KEY] = collector.worker_state.to_json()
         return
-    if collector.active:
+    if collector.active and not session.config.option.collectonly:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             collector.interrupted = True
         collector.worker_states = collector.worker_states or [collector.worker_state.__dict__]
