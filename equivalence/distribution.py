@@ -1,0 +1,340 @@
+"""Sampling-distribution check: does the candidate sample from the baseline's distribution?
+
+For one sampling setting, both arms sample the first few tokens of each prompt, in looks (chunks)
+with independent seed streams; after each look every test family is recomputed (stats/families.py),
+weighted Holm decides, and the sequential plan (stats/sequential.py) stops early when a failure is
+confirmed on fresh samples or when nothing is suspicious at half the budget. The core loop,
+`run_check`, sees only `Arm`s (draw n samples) and an optional scorer, so the same code runs on
+routes here and on the synthetic sampler in the calibration self-tests.
+
+Tokens per sample: the candidate's draft length + 1, i.e. the first verify block with its bonus
+token, the positions every acceptance-rule bug touches first.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from equivalence.stats.families import GATE, Evidence, family_weights
+from equivalence.stats.multiple import holm
+from equivalence.stats.oracle import ProbabilityOracle, covers_vocabulary, rows_from_top
+from equivalence.stats.planner import Budget, plan_budget
+from equivalence.stats.sequential import SequentialHypothesis, SequentialPlan
+from equivalence.stats.warp import SamplingSetting
+from fixtures.routes.base import Request
+from fixtures.routes.errors import RouteError
+
+# The sampling grid: plain sampling, and the truncated setting where top-k/top-p bugs live.
+GRID = (SamplingSetting("T1.0", 1.0), SamplingSetting("T0.7-p0.9-k50", 0.7, top_p=0.9, top_k=50))
+POWER = 0.9
+DEFAULT_DRAFT_TOKENS = 4  # when the candidate does not say: vLLM's and transformers' usual k
+# Prompts per run. Fast routes (batched or concurrent): 20 prompts x ~970 samples per arm see a 5%
+# shift in each (planner). Serial routes (transformers assisted generation, batch size 1, 50-130 ms
+# a 5-token sample on 2 shared cores): 2 prompts x 192 samples per setting, at most ~50 s of
+# candidate time per setting, ~60% of that when the futility stop ends a correct run; minimum
+# detectable TV 0.23 per prompt.
+FAST_PROMPTS = 20
+SERIAL_PROMPTS = 2
+SERIAL_SAMPLES_PER_PROMPT = 192
+CONCURRENCY = 64  # requests in flight for routes that batch concurrent requests themselves
+ARM_KEYS = {"baseline": 1, "candidate": 2, "pit": 3}
+MAX_SEED = 2 ** 63 - 1
+
+
+class Arm(Protocol):
+    """One side of the comparison: draws samples of a prompt at a setting with a given seed."""
+
+    name: str
+    serial: bool
+
+    def draw(self, prompt: int, setting: SamplingSetting, n: int, seed: int) -> list[tuple[int, ...]]: ...
+
+
+def stream_seed(run_seed: int, *keys: int) -> int:
+    """An independent 63-bit seed per (arm, setting, prompt, look): SeedSequence spawn keys."""
+    state = np.random.SeedSequence(run_seed, spawn_key=tuple(int(k) for k in keys)).generate_state(2, np.uint64)
+    return int(state[0]) & MAX_SEED
+
+
+def setting_key(setting: SamplingSetting) -> int:
+    return zlib.crc32(setting.name.encode())
+
+
+@dataclass
+class CheckResult:
+    """Everything a finding needs: per-family p-values by look, Holm decisions, budget, samples."""
+
+    setting: SamplingSetting
+    budget: Budget
+    plan: SequentialPlan
+    alpha: float
+    weights: dict[str, float]
+    hypotheses: dict[str, SequentialHypothesis]
+    adjusted: dict[str, float]
+    rejected: dict[str, bool]
+    look_sizes: tuple[int, ...]
+    looks_done: int
+    stopped: str
+    evidence: Evidence = field(repr=False)
+
+    @property
+    def failed(self) -> bool:
+        return any(self.rejected.values())
+
+    @property
+    def samples_used(self) -> int:
+        """Per arm, per prompt."""
+        return self.look_sizes[self.looks_done - 1] if self.looks_done else 0
+
+    def family_report(self, name: str) -> dict:
+        hyp = self.hypotheses[name]
+        look = hyp.deciding_look
+        return {
+            "level": hyp.level, "pvalues_by_look": hyp.pvalues, "sequential_p": hyp.sequential_pvalue,
+            "holm_adjusted": self.adjusted[name], "rejected": self.rejected[name],
+            "screen_p": hyp.pvalues[look - 1] if look else None, "confirm_p": hyp.pvalues[look] if look else None,
+            "deciding_look": look, "details": hyp.details[-1] if hyp.details else {},
+        }
+
+    def fresh_gate_pvalue(self) -> float | None:
+        """The gate on the samples drawn after the screening look only (fresh, independent of the screen)."""
+        look = self.hypotheses[GATE].deciding_look
+        return None if look is None else self.evidence.gate(since=look)[0].pvalue
+
+
+def run_check(*, baseline: Arm, candidate: Arm, prompts: int, setting: SamplingSetting, budget: Budget,
+              alpha: float, seed: int, oracle: ProbabilityOracle | None = None,
+              plan: SequentialPlan = SequentialPlan()) -> CheckResult:
+    """Sample in looks until a confirmed rejection, futility, or the budget's end."""
+    weights = family_weights(scored=oracle is not None)
+    hypotheses = {name: SequentialHypothesis(name, alpha * w, plan) for name, w in weights.items()}
+    names = list(weights)
+    evidence = Evidence(prompts=prompts, tokens=budget.tokens, oracle=oracle,
+                        rng=np.random.default_rng(stream_seed(seed, ARM_KEYS["pit"], setting_key(setting))))
+    sizes = plan.look_sizes(budget.samples_per_prompt)
+    adjusted = {n: 1.0 for n in names}
+    rejected = {n: False for n in names}
+    stopped, done, drawn = "budget exhausted", 0, 0
+    for look, size in enumerate(sizes):
+        for prompt in range(prompts):
+            keys = (setting_key(setting), prompt, look)
+            a = baseline.draw(prompt, setting, size - drawn, stream_seed(seed, ARM_KEYS["baseline"], *keys))
+            b = candidate.draw(prompt, setting, size - drawn, stream_seed(seed, ARM_KEYS["candidate"], *keys))
+            evidence.add(prompt, look, a, b)
+        drawn, done = size, look + 1
+        for name, result in evidence.evaluate().items():
+            hypotheses[name].update(result.pvalue, result.details)
+        flags, adj = holm([hypotheses[n].sequential_pvalue for n in names], alpha=alpha,
+                          weights=[weights[n] for n in names])
+        adjusted = dict(zip(names, map(float, adj)))
+        rejected = dict(zip(names, map(bool, flags)))
+        if any(rejected.values()):
+            stopped = f"rejected at look {done} of {len(sizes)}"
+            break
+        if look == plan.screen_look and not any(h.screening(look) for h in hypotheses.values()):
+            stopped = f"passed at look {done} of {len(sizes)} (nothing suspicious: futility stop)"
+            break
+    return CheckResult(setting=setting, budget=budget, plan=plan, alpha=alpha, weights=weights, hypotheses=hypotheses,
+                       adjusted=adjusted, rejected=rejected, look_sizes=sizes, looks_done=done, stopped=stopped,
+                       evidence=evidence)
+
+
+# ----------------------------------------------------------------------------------------- routes
+
+def _request(prompt_ids: Sequence[int], setting: SamplingSetting, tokens: int, seed: int | None, tag: str) -> Request:
+    return Request(prompt_ids=tuple(prompt_ids), max_tokens=tokens, temperature=setting.temperature,
+                   top_p=setting.top_p, top_k=setting.top_k, seed=seed, request_id=tag)
+
+
+def _plain_hf(route) -> bool:
+    """An in-process transformers AR route we may batch (never a wrapper, which could alter outputs)."""
+    from fixtures.routes.hf import HFRoute
+    return type(route) is HFRoute and not route.speculative
+
+
+class RouteArm:
+    """Samples from a route: its own `sample_n(req, n)` when it has one and declares capability `n`, a
+    batched transformers call for plain AR hf routes, concurrent requests for routes that batch
+    them, else one request at a time."""
+
+    def __init__(self, handle, prompt_ids: Sequence[Sequence[int]], *, tokens: int):
+        self.handle = handle
+        self.name = handle.name
+        self.prompt_ids = [tuple(p) for p in prompt_ids]
+        self.tokens = tokens
+        route = handle.route
+        self._sample_n = getattr(route, "sample_n", None) if route.capabilities.has("n") else None
+        self._batched_hf = _plain_hf(route)
+        self.concurrent = bool(getattr(route.capabilities, "concurrency", False))
+        self.serial = not (self._sample_n or self._batched_hf or self.concurrent)
+        self.requests = 0
+
+    def draw(self, prompt: int, setting: SamplingSetting, n: int, seed: int) -> list[tuple[int, ...]]:
+        ids = self.prompt_ids[prompt]
+        tag = f"dist-{self.name}-{setting.name}-{prompt}"
+        base = _request(ids, setting, self.tokens, seed if self.handle.capabilities.seed else None, tag)
+        if self._sample_n is not None:
+            return [tuple(s) for s in self.handle.run(self._sample_n(base, n))]
+        if self._batched_hf:
+            return _hf_sample_batch(self.handle.route, base, n, seed)
+        seeds = np.random.SeedSequence(seed).generate_state(n, np.uint64) & np.uint64(MAX_SEED)
+        reqs = [replace(base, seed=int(s) if base.seed is not None else None, request_id=f"{tag}-{i}")
+                for i, s in enumerate(seeds)]
+        self.requests += n
+        if self.concurrent:
+            outs = self.handle.generate_concurrently(reqs, concurrency=CONCURRENCY)
+            errors = [o for o in outs if isinstance(o, RouteError)]
+            if errors:
+                raise errors[0]
+            return [tuple(o.token_ids) for o in outs]
+        return [tuple(self.handle.generate(r).token_ids) for r in reqs]
+
+
+def _hf_sample_batch(route, req: Request, n: int, seed: int) -> list[tuple[int, ...]]:
+    """n samples of one prompt in one transformers call: rows are independent draws from the same
+    per-row distribution, exactly what n single requests give, at a fraction of the cost."""
+    import torch
+    config = route._generation_config(req)
+    eos = set(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]) - {None}
+    with route._lock, torch.inference_mode():
+        torch.manual_seed(seed)
+        ids = torch.tensor([list(req.prompt_ids)] * n, dtype=torch.long)
+        out = route.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    samples = []
+    for row in out.sequences[:, ids.shape[1]:].tolist():
+        cut = next((i + 1 for i, tok in enumerate(row) if tok in eos), len(row))
+        samples.append(tuple(row[:cut]))
+    return samples
+
+
+class RouteScorer:
+    """Teacher forcing through the baseline: whole-vocabulary raw logprobs at every position. Uses the
+    route's own `score_many(prompt_ids, continuations, top_k)` when it has one, one batched forward
+    for in-process transformers routes, else one `score` request per continuation."""
+
+    def __init__(self, handle, prompt_ids: Sequence[Sequence[int]], *, vocab: int):
+        self.handle = handle
+        self.prompt_ids = [tuple(p) for p in prompt_ids]
+        self.vocab = vocab
+        self._score_many = getattr(handle.route, "score_many", None)
+        self._batched_hf = type(handle.route).__name__ == "HFRoute"
+
+    def score_many(self, prompt: int, continuations: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+        ids = self.prompt_ids[prompt]
+        if self._score_many is not None:
+            scored = self.handle.run(self._score_many(ids, list(continuations), self.vocab))
+            return [np.stack([rows_from_top(t.top, self.vocab) for t in seq]) for seq in scored]
+        if self._batched_hf:
+            return _hf_score_batch(self.handle.route, ids, continuations)
+        rows = []
+        for cont in continuations:
+            scored = self.handle.score(ids, cont, self.vocab)
+            rows.append(np.stack([rows_from_top(t.top, self.vocab) for t in scored]))
+        return rows
+
+    def full_vocabulary(self) -> bool:
+        """Score-based tests need the whole distribution; routes capped at top-20 logprobs do not give it."""
+        try:
+            rows = self.score_many(0, [(0,)])
+        except (RouteError, NotImplementedError, TypeError, ValueError):
+            return False
+        return covers_vocabulary(rows[0][0])
+
+
+def _hf_score_batch(route, prompt_ids: Sequence[int], continuations: Sequence[tuple[int, ...]],
+                    chunk: int = 256) -> list[np.ndarray]:
+    """One forward pass per chunk of same-prompt continuations, right-padded (causal attention keeps
+    padding invisible to the real positions); the same numbers as the route's own `score`."""
+    import torch
+    out: list[np.ndarray] = []
+    first = len(prompt_ids) - 1
+    for start in range(0, len(continuations), chunk):
+        batch = continuations[start:start + chunk]
+        width = max(len(c) for c in batch)
+        ids = torch.tensor([list(prompt_ids) + list(c) + [0] * (width - len(c)) for c in batch], dtype=torch.long)
+        with route._lock, torch.inference_mode():
+            logp = torch.log_softmax(route.model(ids).logits.float(), dim=-1)
+        for row, cont in zip(logp, batch):
+            out.append(row[first:first + len(cont)].double().numpy())
+    return out
+
+
+# ----------------------------------------------------------------------------------- planning
+
+def draft_tokens(spec) -> int:
+    return spec.num_assistant_tokens or spec.prompt_lookup or DEFAULT_DRAFT_TOKENS
+
+
+def setting_alpha(alpha: float) -> float:
+    """Each grid setting is its own test module item: Bonferroni across the grid."""
+    return alpha / len(GRID)
+
+
+def gate_level(alpha: float, plan: SequentialPlan) -> float:
+    return setting_alpha(alpha) * family_weights(scored=True)[GATE] * plan.spend[-1]
+
+
+def plan_for(*, suite_config, serial: bool, prompts: int, tokens: int, plan: SequentialPlan) -> Budget:
+    return plan_budget(detect_tv=suite_config.detect_tv, level=gate_level(suite_config.alpha, plan), power=POWER,
+                       prompts=prompts, tokens=tokens, inflation=plan.inflation,
+                       override=suite_config.samples_per_prompt, cap=SERIAL_SAMPLES_PER_PROMPT if serial else None)
+
+
+def position_entropies(oracle: ProbabilityOracle, prompt: int, depth: int) -> list[float]:
+    """Entropy the bins can see at each position j: P(greedy path up to j) x H(next token there).
+
+    High at position 1 when the first token is uncertain; high at position k+1 when a likely path
+    leads to an uncertain token there (all k drafts accepted, then the bonus token is sampled).
+    A prompt whose continuation is fixed scores zero everywhere and would waste samples.
+    """
+    prefix: tuple[int, ...] = ()
+    reach, out = 1.0, []
+    for _ in range(depth):
+        row = oracle.raw_row(prompt, prefix)
+        p = np.exp(row[np.isfinite(row)])
+        out.append(reach * float(-(p[p > 0] * np.log(p[p > 0])).sum()))
+        top = int(np.argmax(row))
+        reach *= float(np.exp(row[top]))
+        prefix += (top,)
+    return out
+
+
+def select_prompts(scores: Sequence[Sequence[float]] | None, count: int, *,
+                   categories: Sequence[str] | None = None) -> list[int]:
+    """Prompts chosen so that every position of the first verify block is visible in some prompt.
+
+    Positions are served in turn, first token and last (bonus) position first, then the ones between;
+    each takes the unchosen prompt with the most visible entropy there. Scored on the baseline alone,
+    before any candidate sample is drawn, so the choice cannot bias the tests. Without scores (a
+    baseline that cannot score): round-robin over the categories, in file order.
+    """
+    if scores is None:
+        groups: dict[str, list[int]] = {}
+        for i, category in enumerate(categories or ["all"] * count):
+            groups.setdefault(category, []).append(i)
+        order = [i for depth in range(max(map(len, groups.values()), default=0))
+                 for members in groups.values() if depth < len(members) for i in [members[depth]]]
+        return order[:count]
+    depth = len(scores[0]) if scores else 0
+    turns = [0, depth - 1] + list(range(1, depth - 1)) if depth > 1 else [0]
+    chosen: list[int] = []
+    while len(chosen) < min(count, len(scores)):
+        for position in turns:
+            if len(chosen) == min(count, len(scores)):
+                break
+            best = max((i for i in range(len(scores)) if i not in chosen), key=lambda i: scores[i][position])
+            chosen.append(best)
+    return chosen
+
+
+def distribution_mutation_cases() -> list[dict]:
+    """Rows for the mutation harness (tests/mutation.py): each statistical fault of the reference engine
+    and the distribution test that must catch it, with the budget flags that make it catchable."""
+    faults = ("residual_from_p", "bonus_from_q", "soft_q_for_argmax_draft", "draft_temperature_ignored",
+              "top_p_one_side")
+    return [{"fault": f, "candidate": f"reference:?fault={f}", "catcher": "distribution",
+             "select": "equivalence/test_distribution.py", "args": ["--detect-tv", "0.05"]} for f in faults]
+

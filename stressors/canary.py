@@ -1,0 +1,240 @@
+"""The canary workload: conversations whose correct answer exists only in their own context.
+
+Why: the reported failure answered the last user message in *another* conversation's
+context, fluently and confidently. To see that from outside, every conversation states
+facts no other conversation states (canaries: pet names, locker codes, 3-digit lucky
+numbers, names), then its last user message asks for one of them. A foreign canary in an
+output names the conversation it leaked from. All conversations share a long system
+prefix (system message plus shared turns) so prefix caches are exercised, and lengths
+and acceptance profiles are mixed: recall answers with random codes are hard for the
+drafter, code and JSON completions are easy. Phrasings come from the embedded corpus, so
+the tiny target answers them correctly when run alone. Environment: none.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping, Sequence
+
+from fixtures.models import corpus
+from fixtures.prompts.encode import encode_prompt
+from fixtures.routes.base import Completion, Request, TokenIds
+
+# The corpus's own templates (kind -> drawer, statement, ack, question, reply): the model was trained on them.
+FACTS = corpus._FACTS  # noqa: SLF001 - shared on purpose, see module docstring
+CANARY_KINDS = ("pet", "name", "code", "number")  # value spaces large enough for unique values
+SHARED_SYSTEM = "You are a helpful assistant."
+SHARED_TURNS = (
+    ("Good morning.", "Good morning to you too."),
+    ("Can you help me?", "Of course, I am happy to help."),
+    ("What day comes after Monday?", "Tuesday comes after Monday."),
+    ("Is the sky blue?", "Yes, the sky is blue."),
+)
+FILLERS = (
+    ("How are you today?", "I am fine, thank you."),
+    ("Say hello.", "Hello!"),
+    ("Name an animal.", "A horse is an animal."),
+    ("What is the opposite of hot?", "The opposite of hot is cold."),
+    ("Do you like music?", "Yes, music is nice."),
+    ("Thanks!", "You are welcome."),
+    ("What season is cold?", "Winter is cold."),
+    ("Tell me a fruit.", "An apple is a fruit."),
+)
+LENGTHS = {"short": (0, 1), "medium": (2, 4), "long": (5, 8)}
+TASK_SHAPES = ("math", "code", "json")
+MAX_PROMPT_TOKENS = 400
+_RESERVED = {w.lower() for w in (*corpus.NAMES, *corpus.CITIES, *corpus.COLOURS, *corpus.OBJECTS, *corpus.ANIMALS)}
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One prompt of the workload. `canaries` are values no other item states; `answer` is checkable."""
+
+    key: str
+    shape: str
+    length: str
+    prompt_text: str
+    prompt_ids: TokenIds
+    answer: str
+    canaries: tuple[str, ...] = ()
+    messages: tuple[tuple[str, str], ...] | None = None
+    asked: str = ""
+
+    def request(self, *, max_tokens: int, request_id: str | None = None, **overrides) -> Request:
+        fields = {"temperature": 0.0, **overrides}
+        return Request(prompt_ids=self.prompt_ids, max_tokens=max_tokens, request_id=request_id or f"ref-{self.key}",
+                       **fields)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A pool of items with distinct canaries; `prefix_tokens` is the length of the shared chat prefix."""
+
+    items: tuple[WorkItem, ...]
+    prefix_tokens: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        owners: dict[str, str] = {}
+        for item in self.items:
+            for value in item.canaries:
+                if value in owners:
+                    raise ValueError(f"canary {value!r} shared by {owners[value]} and {item.key}")
+                owners[value] = item.key
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(item.key for item in self.items)
+
+    def get(self, key: str) -> WorkItem:
+        return self._index()[key]
+
+    def _index(self) -> dict[str, WorkItem]:
+        return {item.key: item for item in self.items}
+
+    def subset(self, keys: Iterable[str]) -> "Workload":
+        index = self._index()
+        return replace(self, items=tuple(index[k] for k in keys))
+
+    def recall(self) -> tuple[WorkItem, ...]:
+        return tuple(item for item in self.items if item.shape == "recall")
+
+
+def shared_prefix(nonce: str = "") -> list[tuple[str, str]]:
+    """The long prefix every conversation starts with; a nonce makes a prefix no cache has seen."""
+    system = SHARED_SYSTEM if not nonce else f"{SHARED_SYSTEM} Session {nonce}."
+    messages = [("system", system)]
+    for question, reply in SHARED_TURNS:
+        messages += [("user", question), ("assistant", reply)]
+    return messages
+
+
+def render(tokenizer, messages: Sequence[tuple[str, str]]) -> str:
+    """The tokenizer's own chat template, with the generation prompt: the text a chat server would build.
+
+    A tokenizer without a template (a base model) gets the embedded corpus's chat format instead.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return corpus.render_chat(messages, add_generation_prompt=True)
+    return tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
+                                         tokenize=False, add_generation_prompt=True)
+
+
+def _canary_value(kind: str, rng: random.Random, taken: set[str]) -> tuple[str | None, str]:
+    for _ in range(1000):
+        subject, value = FACTS[kind][0](rng)
+        if kind == "number" and int(value) < 100:
+            continue  # 1-2 digit numbers occur in filler arithmetic and task answers
+        if kind in ("pet", "name") and (len(value) < 4 or value.lower() in _RESERVED):
+            continue
+        if value not in taken:
+            taken.add(value)
+            return subject, value
+    raise RuntimeError(f"could not draw a fresh {kind} canary")
+
+
+def conversation(rng: random.Random, *, length: str, taken: set[str], nonce: str = "",
+                 asked: str | None = None) -> tuple[list[tuple[str, str]], str, str, tuple[str, ...]]:
+    """(messages, asked kind, answer, canaries): two facts with fresh values, fillers, then the question."""
+    kinds = rng.sample(CANARY_KINDS, 2)
+    if asked is not None and asked not in kinds:
+        kinds[0] = asked
+    asked = asked or rng.choice(kinds)
+    messages = shared_prefix(nonce)
+    values: dict[str, tuple[str | None, str]] = {}
+    for kind in kinds:
+        values[kind] = _canary_value(kind, rng, taken)
+        statement, ack = FACTS[kind][1], FACTS[kind][2]
+        messages += [("user", statement.format(*values[kind])), ("assistant", ack.format(*values[kind]))]
+    lo, hi = LENGTHS[length]
+    for _ in range(rng.randint(lo, hi)):
+        if rng.random() < 0.3:
+            a, b = rng.randint(1, 9), rng.randint(1, 9)
+            messages += [("user", f"What is {a} plus {b}?"), ("assistant", f"{a} plus {b} is {a + b}.")]
+        else:
+            messages += list(zip(("user", "assistant"), rng.choice(FILLERS)))
+    messages.append(("user", FACTS[asked][3].format(*values[asked])))
+    return messages, asked, values[asked][1], tuple(v for _, v in values.values())
+
+
+def renderer(tokenizer) -> Callable[[Sequence[tuple[str, str]]], TokenIds]:
+    """messages -> prompt token ids, through the tokenizer's chat template."""
+    return lambda messages: encode_prompt(tokenizer, render(tokenizer, messages))
+
+
+def build_workload(tokenizer, *, size: int, seed: int = 0, task_share: float = 0.25,
+                   max_prompt_tokens: int = MAX_PROMPT_TOKENS, nonce: str = "") -> Workload:
+    """`size` items: recall conversations of mixed lengths plus task prompts (math, code, json)."""
+    rng = random.Random(f"canary-workload-{seed}")
+    taken: set[str] = set()
+    items: list[WorkItem] = []
+    n_tasks = round(size * task_share)
+    attempts = 0
+    while len(items) < size:
+        attempts += 1
+        if attempts > 50 * size + 100:
+            raise RuntimeError(f"could not build {size} workload items under {max_prompt_tokens} tokens")
+        index = len(items)
+        if index < size - n_tasks:
+            length = tuple(LENGTHS)[index % len(LENGTHS)]
+            messages, asked, answer, canaries = conversation(rng, length=length, taken=taken, nonce=nonce)
+            text = render(tokenizer, messages)
+            ids = encode_prompt(tokenizer, text)
+            if len(ids) > max_prompt_tokens:
+                continue
+            items.append(WorkItem(key=f"{index:03d}-recall-{asked}-{length}", shape="recall", length=length,
+                                  prompt_text=text, prompt_ids=ids, answer=answer, canaries=canaries,
+                                  messages=tuple(messages), asked=asked))
+        else:
+            shape = TASK_SHAPES[index % len(TASK_SHAPES)]
+            sample = corpus.MAKERS[shape](rng, "heldout")
+            ids = encode_prompt(tokenizer, sample.prompt)
+            items.append(WorkItem(key=f"{index:03d}-{shape}", shape=shape, length="task", prompt_text=sample.prompt,
+                                  prompt_ids=ids, answer=sample.answer))
+    shared = common_prefix([i.prompt_ids for i in items if i.shape == "recall"])
+    return Workload(items=tuple(items), prefix_tokens=shared, seed=seed)
+
+
+def common_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix all sequences share (what a prefix cache can reuse)."""
+    if not sequences:
+        return 0
+    n = min(len(s) for s in sequences)
+    for i in range(n):
+        if any(s[i] != sequences[0][i] for s in sequences):
+            return i
+    return n
+
+
+def serial_references(generate: Callable[[Request], Completion], workload: Workload, *,
+                      max_tokens: int) -> dict[str, Completion]:
+    """Each item run alone, greedy: the outputs every concurrent run must reproduce."""
+    return {item.key: generate(item.request(max_tokens=max_tokens)) for item in workload.items}
+
+
+def mean_latency(references: Mapping[str, Completion]) -> float:
+    """Mean serial latency: paces arrivals and sizes run deadlines."""
+    values = [c.latency_s for c in references.values()]
+    return max(1e-3, sum(values) / max(len(values), 1))
+
+
+def mentions(text: str, value: str) -> bool:
+    """`value` occurs in `text` as a whole word (so lucky number 123 is not found in 1234)."""
+    return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
+
+
+def answer_correct(item: WorkItem, text: str) -> bool:
+    """Is the item's checkable answer in the output? Recall: the fact; math: the result; code/json: the body."""
+    text = text.split(corpus.EOS)[0]
+    if item.shape == "recall":
+        return mentions(text, item.answer)
+    if item.shape == "math":
+        match = re.search(r"The answer is (-?\d+)", text)
+        return match is not None and match.group(1) == item.answer
+    return text.strip().startswith(item.answer.strip())
+
+
+def canary_owners(workload: Workload) -> Mapping[str, str]:
+    """canary value -> the key of the only item that states it."""
+    return {value: item.key for item in workload.items for value in item.canaries}

@@ -1,0 +1,297 @@
+"""The mixing detector: for every output that differs from its serial reference, name where it came from.
+
+Why: a wrong answer under load is only actionable when we can say which request leaked
+into which. Evidence, strongest first:
+1. foreign canary: the output states a fact that only another conversation contains;
+2. foreign answer: the output is another request's serial reference token for token, or
+   closer to it than to its own, similar (at most half its tokens edited) and explaining
+   it (at least half of the output's tokens that its own reference lacks occur in the
+   source's), so a hallucination or a garbled tail is not pinned on whichever reference
+   happens to be nearest; a source
+   that was not in flight counts only when the output is also far from its own reference
+   (a one-token slip that happens to equal some finished request's answer is no leak);
+3. answer in another context (`probe_contexts`, serial requests): the victim's last user
+   message asked alone inside each in-flight neighbour's conversation reproduces the
+   output. This is the reported symptom, and it names the source even when the answer
+   is a hallucination carrying no canary; it replaces a foreign answer it beats (closer,
+   or as close with fewer equally good candidates).
+What is left is "unattributed" (batch variance or a numerical divergence: the
+batch-invariance check owns those). Attributions aggregate into a contamination matrix,
+source -> victim; each names the source's requests that were in flight with the victim (a
+real leak needs a neighbour in the batch; a source not in flight points at stale state
+such as a reused KV slot), and any other sources the evidence fits equally well.
+Environment: none.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from difflib import SequenceMatcher
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from fixtures.routes.base import Completion, Request, TokenIds
+from stressors.canary import Workload, canary_owners, mentions
+from stressors.driver import Outcome
+
+FOREIGN_CANARY = "foreign-canary"
+FOREIGN_ANSWER = "closer-to-other-reference"
+CONTEXT_PROBE = "answer-in-other-context"
+UNATTRIBUTED = "unattributed"
+SIMILAR = 0.5  # a foreign answer must be within this fraction of edits of the other reference (not just less far)
+MAX_ATTRIBUTED = 2_000
+MAX_PROBES = 400  # serial requests spent confirming mismatches by context probes, per report
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """One output that differs from its own serial reference, and the best explanation found."""
+
+    victim_request: str
+    victim_key: str
+    method: str
+    source_key: str | None
+    evidence: str
+    own_distance: int
+    source_distance: int | None
+    source_requests_in_flight: tuple[str, ...]
+    output_text: str
+    reference_text: str
+    alternatives: tuple[str, ...] = ()  # other sources the evidence fits equally well
+
+    @property
+    def attributed(self) -> bool:
+        return self.source_key is not None
+
+    def line(self) -> str:
+        if not self.attributed:
+            return (f"{self.victim_request}: differs from its serial reference (edit distance {self.own_distance}), "
+                    f"no other request's content found: got {self.output_text[:80]!r}, "
+                    f"expected {self.reference_text[:80]!r}")
+        flight = (f"source in flight: {', '.join(self.source_requests_in_flight[:3])}"
+                  if self.source_requests_in_flight else "source NOT in flight (stale state?)")
+        return (f"{self.victim_request} (victim {self.victim_key}) <- {self.source_key}: {self.evidence}; {flight}; "
+                f"got {self.output_text[:80]!r}, expected {self.reference_text[:80]!r}")
+
+
+@dataclass(frozen=True)
+class MixingReport:
+    """The verdict over one load run: how many outputs were checked and every mismatch explained."""
+
+    checked: int
+    mismatches: tuple[Attribution, ...]
+    truncated: int = 0
+
+    @property
+    def contaminated(self) -> tuple[Attribution, ...]:
+        return tuple(a for a in self.mismatches if a.attributed)
+
+    @property
+    def unattributed(self) -> tuple[Attribution, ...]:
+        return tuple(a for a in self.mismatches if not a.attributed)
+
+    def matrix(self) -> Counter:
+        """(source key, victim key) -> number of contaminated outputs."""
+        return Counter((a.source_key, a.victim_key) for a in self.contaminated)
+
+    def matrix_rows(self) -> list[dict]:
+        return [{"source": s, "victim": v, "count": n} for (s, v), n in sorted(self.matrix().items())]
+
+    def matrix_text(self, limit: int = 20) -> str:
+        rows = sorted(self.matrix().items(), key=lambda kv: (-kv[1], kv[0]))
+        lines = ["source -> victim : count"] + [f"{s} -> {v} : {n}" for (s, v), n in rows[:limit]]
+        if len(rows) > limit:
+            lines.append(f"... {len(rows) - limit} more pairs")
+        return "\n".join(lines)
+
+
+def edit_distances(sequence: Sequence[int], references: Sequence[Sequence[int]]) -> np.ndarray:
+    """Levenshtein distance on tokens from `sequence` to each reference, vectorised over references.
+
+    Row by row over `sequence`; within a row the insertion chain is a running minimum:
+    new[k] = k + min_{k'<=k}(cand[k'] - k').
+    """
+    if not references:
+        return np.zeros(0, dtype=np.int64)
+    width = max(len(r) for r in references)
+    refs = np.full((len(references), width), -1, dtype=np.int64)
+    for j, ref in enumerate(references):
+        refs[j, :len(ref)] = ref
+    lengths = np.array([len(r) for r in references])
+    cols = np.arange(width + 1)
+    row = np.tile(cols, (len(references), 1))
+    for i, token in enumerate(sequence, start=1):
+        cand = np.empty_like(row)
+        cand[:, 0] = i
+        cand[:, 1:] = np.minimum(row[:, 1:] + 1, row[:, :-1] + (refs != token))
+        row = cols + np.minimum.accumulate(cand - cols, axis=1)
+    return row[np.arange(len(references)), lengths]
+
+
+def unexplained(output: Sequence[int], own: Sequence[int]) -> list[int]:
+    """The output's tokens outside its longest alignment with its own reference: what a source must explain."""
+    matcher = SequenceMatcher(a=list(output), b=list(own), autojunk=False)
+    kept = [False] * len(output)
+    for block in matcher.get_matching_blocks():
+        for i in range(block.a, block.a + block.size):
+            kept[i] = True
+    return [t for t, k in zip(output, kept) if not k]
+
+
+def covered(part: Sequence[int], reference: Sequence[int]) -> float:
+    """Share of `part` (as a multiset) found in `reference`; 1.0 for an empty part."""
+    if not part:
+        return 1.0
+    pool = Counter(reference)
+    hits = 0
+    for token in part:
+        if pool[token] > 0:
+            pool[token] -= 1
+            hits += 1
+    return hits / len(part)
+
+
+def attribute(*, victim_request: str, victim_key: str, output: Completion, workload: Workload,
+              references: Mapping[str, Completion], window: Sequence[Outcome] = ()) -> Attribution:
+    """Explain one mismatching output; `window` are the outcomes that overlapped it in time."""
+    own = references[victim_key]
+    victim = workload.get(victim_key)
+    in_flight: dict[str, list[str]] = {}
+    for other in window:
+        if other.request_id != victim_request:
+            in_flight.setdefault(other.key, []).append(other.request_id)
+    own_distance = int(edit_distances(output.token_ids, [own.token_ids])[0])
+    owners = canary_owners(workload)
+    foreign = [(value, owner) for value, owner in owners.items()
+               if owner != victim_key and value not in victim.prompt_text and value not in own.text
+               and mentions(output.text, value)]
+    base = dict(victim_request=victim_request, victim_key=victim_key, own_distance=own_distance,
+                output_text=output.text, reference_text=own.text)
+    if foreign:
+        foreign.sort(key=lambda vo: (vo[1] not in in_flight, vo[1]))
+        value, owner = foreign[0]
+        return Attribution(method=FOREIGN_CANARY, source_key=owner, source_distance=None,
+                           evidence=f"states {value!r}, a fact only {owner} contains",
+                           source_requests_in_flight=tuple(in_flight.get(owner, ())), **base)
+    others = [k for k in references if k != victim_key and references[k].token_ids != own.token_ids]
+    if others:
+        distances = dict(zip(others, (int(d) for d in edit_distances(output.token_ids,
+                                                                      [references[k].token_ids for k in others]))))
+        far_from_own = own_distance > SIMILAR * max(len(output.token_ids), len(own.token_ids), 1)
+
+        foreign_part = unexplained(output.token_ids, own.token_ids)
+
+        def qualifies(key: str) -> bool:
+            length = max(len(output.token_ids), len(references[key].token_ids), 1)
+            plausible = key in in_flight or far_from_own  # else a near-miss, not a leak from stale state
+            return (distances[key] < own_distance and distances[key] <= SIMILAR * length and plausible
+                    and covered(foreign_part, references[key].token_ids) >= SIMILAR)
+
+        ranked = sorted((k for k in others if qualifies(k)), key=lambda k: (distances[k], k not in in_flight, k))
+        if ranked:
+            source = ranked[0]
+            ties = tuple(k for k in ranked[1:] if distances[k] == distances[source])
+            exact = "the same tokens as" if distances[source] == 0 else f"edit distance {distances[source]} to"
+            return Attribution(method=FOREIGN_ANSWER, source_key=source, source_distance=distances[source],
+                               evidence=(f"{exact} {source}'s reference vs {own_distance} to its own"
+                                         + (f" (equally close: {', '.join(ties[:5])})" if ties else "")),
+                               source_requests_in_flight=tuple(in_flight.get(source, ())), alternatives=ties, **base)
+    return Attribution(method=UNATTRIBUTED, source_key=None, source_distance=None, evidence="",
+                       source_requests_in_flight=(), **base)
+
+
+def detect(*, workload: Workload, references: Mapping[str, Completion], outcomes: Sequence[Outcome]) -> MixingReport:
+    """Compare every completed, non-aborted outcome with its serial reference and attribute each mismatch."""
+    checked = 0
+    mismatches: list[Attribution] = []
+    truncated = 0
+    for outcome in outcomes:
+        if not outcome.ok or outcome.key not in references:
+            continue
+        checked += 1
+        reference = references[outcome.key]
+        if outcome.completion.token_ids == reference.token_ids:
+            continue
+        if len(mismatches) >= MAX_ATTRIBUTED:
+            truncated += 1
+            continue
+        window = [o for o in outcomes if o.overlaps(outcome)]
+        mismatches.append(attribute(victim_request=outcome.request_id, victim_key=outcome.key,
+                                    output=outcome.completion, workload=workload, references=references,
+                                    window=window))
+    return MixingReport(checked=checked, mismatches=tuple(mismatches), truncated=truncated)
+
+
+def context_probe_request(*, victim, neighbour, render: Callable[[Sequence[tuple[str, str]]], TokenIds],
+                          max_tokens: int) -> Request:
+    """The victim's last user message asked in the neighbour's conversation (the neighbour's own question dropped)."""
+    messages = tuple(neighbour.messages[:-1]) + (victim.messages[-1],)
+    return Request(prompt_ids=tuple(render(messages)), max_tokens=max_tokens, temperature=0.0,
+                   request_id=f"probe-{victim.key}-in-{neighbour.key}")
+
+
+def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequence[Outcome],
+                   generate: Callable[[Request], Completion], render: Callable[[Sequence[tuple[str, str]]], TokenIds],
+                   max_tokens: int, max_probes: int = MAX_PROBES) -> MixingReport:
+    """Confirm chat mismatches by asking the victim's question in each in-flight neighbour's context.
+
+    Runs serially and bounded by `max_probes`; neighbours already in flight when the victim arrived go first,
+    and later arrivals are skipped once one of those matches exactly. Applies to every chat mismatch without
+    a foreign canary; it replaces a foreign answer when it is closer, or as close with fewer equally good
+    candidates, or when that answer's source was not even in flight (a coincidence is likelier than stale state).
+    """
+    by_id = {o.request_id: o for o in outcomes}
+    spent = 0
+    out = []
+    for att in report.mismatches:
+        victim = workload.get(att.victim_key)
+        if att.method == FOREIGN_CANARY or victim.messages is None or spent >= max_probes:
+            out.append(att)
+            continue
+        got = by_id[att.victim_request]
+        window = [o for o in outcomes if o.overlaps(got) and o.request_id != got.request_id]
+        neighbours: dict[str, list[str]] = {}
+        at_start: set[str] = set()  # in flight when the victim arrived: where admission-time mixing comes from
+        for o in window:
+            if o.key != victim.key and workload.get(o.key).messages is not None:
+                neighbours.setdefault(o.key, []).append(o.request_id)
+                if o.started_s <= got.started_s:
+                    at_start.add(o.key)
+        probed: dict[str, TokenIds] = {}
+        for key in sorted(neighbours, key=lambda k: (k not in at_start, k)):
+            if spent >= max_probes or (key not in at_start and got.completion.token_ids in probed.values()):
+                break  # out of budget, or an exact match among the requests already in flight
+            spent += 1
+            probed[key] = generate(context_probe_request(victim=victim, neighbour=workload.get(key), render=render,
+                                                         max_tokens=max_tokens)).token_ids
+        if not probed:
+            out.append(att)
+            continue
+        keys = list(probed)
+        distances = edit_distances(got.completion.token_ids, [probed[k] for k in keys])
+        best = int(distances.min())
+        matches = [k for k, d in zip(keys, distances) if d == best]
+        length = max(len(got.completion.token_ids), 1)
+        stale = att.attributed and not att.source_requests_in_flight  # a leak from a finished request needs stale state
+        weaker = (att.attributed and not stale
+                  and (best, len(matches)) > (att.source_distance, 1 + len(att.alternatives)))
+        if best >= att.own_distance or best > SIMILAR * length or weaker:
+            out.append(att)  # no context explains it better (closer, or as close with fewer candidates)
+            continue
+        if att.attributed and best == att.source_distance and not stale:  # equally good: keep both, context first
+            matches += [k for k in (att.source_key, *att.alternatives) if k not in matches]
+        also = f" (equally: {', '.join(matches[1:5])})" if len(matches) > 1 else ""
+        how = "equals" if best == 0 else f"is {best} token edits from"
+        out.append(replace(att, method=CONTEXT_PROBE, source_key=matches[0], alternatives=tuple(matches[1:]),
+                           source_requests_in_flight=tuple(neighbours[matches[0]]), source_distance=best,
+                           evidence=f"{how} the answer to its last user message asked in {matches[0]}'s "
+                                    f"conversation{also}"))
+    return replace(report, mismatches=tuple(out))
+
+
+def merge(reports: Sequence[MixingReport]) -> MixingReport:
+    return MixingReport(checked=sum(r.checked for r in reports),
+                        mismatches=tuple(a for r in reports for a in r.mismatches),
+                        truncated=sum(r.truncated for r in reports))
+

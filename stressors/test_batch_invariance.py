@@ -1,0 +1,166 @@
+"""Batch invariance and determinism: a request's greedy (or seeded) output must not depend on its neighbours.
+
+Three views of one property. A needle prompt run alone must give the same tokens inside
+bursts of mixed companions (long and short, easy and hard to draft). N identical greedy
+requests under load must give one distinct output (Thinking Machines measured 80 distinct
+in 1000 on an engine without batch-invariant kernels). A seeded sampled request must give
+the same tokens serially and under load. A difference at a numerical near-tie (the
+baseline's teacher-forced margin within tau at the first divergence, equivalence/divergence.py)
+is reported as a near-tie, not a bug; engines have switches for this (VLLM_BATCH_INVARIANT=1,
+SGLang --enable-deterministic-inference).
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from equivalence.calibration import derive_threshold
+from equivalence.divergence import classify_divergence
+from equivalence.greedy import compare_greedy, first_divergence
+from fixtures.routes.base import Completion
+from reports.findings import Finding
+from stressors.canary import mean_latency
+from stressors.driver import Submission, burst, drive_handle, failure_details, failure_title, plan
+
+pytestmark = pytest.mark.check("batch-invariance")
+NEAR_TIE_TAU = derive_threshold(None)  # the A/A calibration's floor until its fixture is shared beyond equivalence/
+SAMPLING_TEMPERATURE = 1.0
+
+
+def classify(baseline, tokenizer, prompt_ids, expected: Completion, got: Completion,
+             max_tokens: int) -> tuple[str, str]:
+    """("near-tie" | "bug", why) for the first divergence of `got` (under load) from `expected` (alone)."""
+    divergence = compare_greedy(baseline=expected, candidate=got, decode=tokenizer.decode)
+    if divergence is None:
+        return "bug", "same tokens, different finish reason"
+    verdict = classify_divergence(baseline=baseline, prompt_ids=prompt_ids, divergence=divergence,
+                                  baseline_completion=expected, candidate_completion=got, max_tokens=max_tokens,
+                                  tau=NEAR_TIE_TAU, eos_token_id=tokenizer.eos_token_id, decode=tokenizer.decode)
+    severity = "near-tie" if verdict.is_near_tie else "bug"
+    return severity, f"first divergence at token {divergence.position}: {verdict.summary()}"
+
+
+def test_needle_alone_equals_needle_in_mixed_batches(candidate, baseline, tokenizer, stress_budget, stress_workload,
+                                                     stress_references, stress_max_tokens, suite_config, findings):
+    workload, refs = stress_workload, stress_references
+    rng = random.Random(f"needle-{suite_config.seed}")
+    latency = mean_latency(refs)
+    needles = [i.key for i in workload.recall() if i.length == "long"] or list(workload.keys)
+    broken, checked = [], 0
+    for level in stress_budget.levels:
+        for b in range(stress_budget.needle_batches):
+            needle = needles[b % len(needles)]
+            companions = rng.sample([k for k in workload.keys if k != needle],
+                                    min(stress_budget.batch(level) - 1, len(workload.items) - 1))
+            order = companions + [needle]
+            rng.shuffle(order)
+            subs = plan(((k, workload.get(k).request(max_tokens=stress_max_tokens)) for k in order),
+                        offsets=burst(len(order)), tag=f"needle-c{level}-b{b}")
+            run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
+            if run.failed:
+                findings.add(Finding(check="batch-invariance", severity="error", route=candidate.name,
+                                     title=failure_title(run, what="needle batch"), details=failure_details(run)))
+            for outcome in run.completed:
+                checked += 1
+                expected = refs[outcome.key]
+                if outcome.completion.token_ids != expected.token_ids:
+                    severity, why = classify(baseline, tokenizer, workload.get(outcome.key).prompt_ids, expected,
+                                             outcome.completion, stress_max_tokens)
+                    broken.append((severity, outcome, order, why))
+    summary = (f"needle: {checked} outputs in {stress_budget.needle_batches} mixed batches per level "
+               f"{list(stress_budget.levels)} compared with their outputs alone; {len(broken)} differ")
+    findings.add(Finding(check="batch-invariance", severity="info", route=candidate.name, title=summary,
+                         details={"budget": stress_budget.describe()}))
+    for severity in ("bug", "near-tie"):
+        cases = [c for c in broken if c[0] == severity]
+        if not cases:
+            continue
+        _, outcome, order, why = cases[0]
+        findings.add(Finding(
+            check="batch-invariance", severity=severity, route=candidate.name, prompt_id=outcome.key,
+            title=f"{len(cases)} greedy outputs changed with batch composition ({severity}); e.g. {outcome.key}: {why}",
+            details={"examples": [{"request": o.request_id, "batch": ordr, "why": w,
+                                   "got": o.completion.text[:200], "alone": refs[o.key].text[:200]}
+                                  for _, o, ordr, w in cases[:10]], "budget": stress_budget.describe()}))
+    bugs = [c for c in broken if c[0] == "bug"]
+    if bugs:
+        _, outcome, order, why = bugs[0]
+        pytest.fail(f"candidate '{candidate.name}': {outcome.key} alone gave {refs[outcome.key].text!r}, in batch "
+                    f"{order} gave {outcome.completion.text!r} ({why}); {len(bugs)} such outputs", pytrace=False)
+
+
+def test_identical_greedy_requests_agree_under_load(candidate, stress_budget, stress_workload, stress_references,
+                                                    stress_max_tokens, findings):
+    workload, refs = stress_workload, stress_references
+    item = next(iter(workload.recall()), workload.items[0])
+    level = max(stress_budget.levels)
+    n = stress_budget.identical_requests
+    subs = plan(((item.key, item.request(max_tokens=stress_max_tokens)) for _ in range(n)), offsets=burst(n),
+                tag="identical")
+    run = drive_handle(candidate, subs, concurrency=stress_budget.batch(level), mean_latency_s=mean_latency(refs))
+    if run.failed:
+        findings.add(Finding(check="batch-invariance", severity="error", route=candidate.name,
+                             title=failure_title(run, what="identical requests"), details=failure_details(run)))
+    outputs = Counter(o.completion.token_ids for o in run.completed)
+    reference = refs[item.key].token_ids
+    title = (f"determinism: {len(outputs)} distinct outputs in {len(run.completed)} identical greedy requests at "
+             f"concurrency {run.concurrency}; {outputs.get(reference, 0)} equal the serial output")
+    findings.add(Finding(check="batch-invariance", severity="info", route=candidate.name, title=title,
+                         details={"budget": stress_budget.describe(), "prompt": item.key}))
+    if len(outputs) <= 1 and (not outputs or reference in outputs):
+        return
+    splits = sorted({first_divergence(baseline=reference, candidate=o) for o in outputs if o != reference})
+    findings.add(Finding(check="batch-invariance", severity="bug", route=candidate.name, prompt_id=item.key,
+                         title=title + f"; first split at token {splits[0] if splits else '?'}",
+                         details={"distinct": [{"count": c, "text": output_text(run, o)}
+                                               for o, c in outputs.most_common(10)],
+                                  "serial": refs[item.key].text}))
+    pytest.fail(f"candidate '{candidate.name}': {title}", pytrace=False)
+
+
+def output_text(run, token_ids) -> str:
+    return next(o.completion.text for o in run.completed if o.completion.token_ids == token_ids)[:200]
+
+
+def test_seeded_sampling_same_serially_and_under_load(candidate, stress_budget, stress_workload, stress_references,
+                                                      stress_max_tokens, suite_config, findings):
+    candidate.require("seed")
+    workload, refs = stress_workload, stress_references
+    rng = random.Random(f"seeded-{suite_config.seed}")
+    level = max(stress_budget.levels)
+    latency = mean_latency(refs)
+    problems = []
+    for s in range(stress_budget.seeds):
+        item = workload.items[s % len(workload.items)]
+        seeded = item.request(max_tokens=stress_max_tokens, temperature=SAMPLING_TEMPERATURE,
+                              seed=suite_config.seed * 1000 + s, request_id=f"seeded-{s}-a")
+        first = candidate.generate(seeded)
+        second = candidate.generate(replace(seeded, request_id=f"seeded-{s}-b"))
+        if first.token_ids != second.token_ids:
+            problems.append(f"seed {seeded.seed} on {item.key}: two serial runs differ: {first.text[:60]!r} vs "
+                            f"{second.text[:60]!r}")
+            continue
+        companions = rng.sample([k for k in workload.keys if k != item.key],
+                                min(stress_budget.batch(level) - 1, len(workload.items) - 1))
+        subs = plan(((k, workload.get(k).request(max_tokens=stress_max_tokens)) for k in companions),
+                    offsets=burst(len(companions)), tag=f"seeded-load-{s}")
+        subs.insert(rng.randrange(len(subs) + 1),
+                    Submission(key=item.key, request=replace(seeded, request_id=f"seeded-{s}-load")))
+        run = drive_handle(candidate, subs, concurrency=stress_budget.batch(level), mean_latency_s=latency)
+        loaded = run.by_id().get(f"seeded-{s}-load")
+        if loaded is None or not loaded.ok:
+            why = loaded.error if loaded else "never sent"
+            problems.append(f"seed {seeded.seed} on {item.key}: failed under load: {why}")
+        elif loaded.completion.token_ids != first.token_ids:
+            problems.append(f"seed {seeded.seed} on {item.key}: serial {first.text[:60]!r}, under load at "
+                            f"concurrency {run.concurrency} {loaded.completion.text[:60]!r}")
+    title = f"seeded sampling: {stress_budget.seeds} seeds compared serially (twice) and under load"
+    findings.add(Finding(check="batch-invariance", severity="info", route=candidate.name, title=title,
+                         details={"budget": stress_budget.describe(), "temperature": SAMPLING_TEMPERATURE}))
+    if problems:
+        findings.add(Finding(check="batch-invariance", severity="bug", route=candidate.name,
+                             title=f"seeded sampling not reproducible: {problems[0]}", details={"problems": problems}))
+        pytest.fail(f"candidate '{candidate.name}': " + "; ".join(problems[:5]), pytrace=False)

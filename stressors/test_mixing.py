@@ -1,0 +1,105 @@
+"""Cross-request mixing: under concurrent load every canary conversation must get its own serial answer.
+
+The motivating failure: a speculative route at concurrency 8 answered the last user message
+in another request's context (7 wrong of 100), serially never. Each load run cycles the
+canary pool through mixed arrivals (closed-loop bursts and Poisson segments) at every
+configured concurrency level above 1; each output is compared with its serial greedy
+reference, and each mismatch is attributed (foreign canary, or closer to another
+request's reference). A contamination fails the route with the matrix source -> victim,
+the requests checked, and a replayable schedule shrunk as far as the budget allows.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from reports.findings import Finding
+from reports.repro import repro_block
+from stressors.canary import mean_latency, renderer
+from stressors.driver import drive_handle, failure_details, failure_title, mixed_load, round_robin
+from stressors.mixing import detect, merge, probe_contexts
+from stressors.replay import replay_script
+from stressors.schedules import Schedule, shrink, window_schedule
+
+pytestmark = pytest.mark.check("mixing")
+SHRINK_SECONDS = 45.0
+SHRINK_EVALUATIONS = 24
+SHRINK_REPEATS = 3
+
+
+def test_no_cross_request_mixing(candidate, tokenizer, stress_budget, stress_workload, stress_references,
+                                 stress_max_tokens, suite_config, findings):
+    budget, workload, refs = stress_budget, stress_workload, stress_references
+    rng = random.Random(f"mixing-{suite_config.seed}")
+    latency = mean_latency(refs)
+    before = candidate.acceptance()
+    runs, reports = [], []
+    for level in budget.levels:
+        keys = round_robin(workload.keys, budget.mixing_requests, rng=rng)
+        subs = mixed_load([(k, workload.get(k).request(max_tokens=stress_max_tokens)) for k in keys], level=level,
+                          rng=rng, mean_latency_s=latency, tag=f"mix-c{level}")
+        run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
+        runs.append(run)
+        report = detect(workload=workload, references=refs, outcomes=run.outcomes)
+        reports.append(probe_contexts(report, workload=workload, outcomes=run.outcomes, generate=candidate.generate,
+                                      render=renderer(tokenizer), max_tokens=stress_max_tokens))
+        if run.failed:
+            findings.add(Finding(check="mixing", severity="error", route=candidate.name,
+                                 title=failure_title(run, what="mixing load"), details=failure_details(run)))
+    after = candidate.acceptance()
+    total = merge(reports)
+    per_level = ", ".join(f"c={run.concurrency}: {len(rep.contaminated)} of {rep.checked}"
+                          for run, rep in zip(runs, reports))
+    acceptance = (after.minus(before).mean_acceptance_length if after is not None and before is not None else None)
+    details = {"budget": budget.describe(), "requests_checked": total.checked, "per_level": per_level,
+               "pool": len(workload.items), "max_tokens": stress_max_tokens,
+               "runs": [r.describe() for r in runs], "serial_mean_latency_s": round(latency, 4),
+               "mean_acceptance_length_under_load": acceptance}
+    findings.add(Finding(check="mixing", severity="info", route=candidate.name, details=details,
+                         title=f"mixing: {total.checked} outputs checked against serial references ({per_level}); "
+                               f"{len(total.contaminated)} contaminated; budget: {budget.describe()}"))
+    if total.unattributed:
+        findings.add(Finding(
+            check="mixing", severity="warning", route=candidate.name,
+            title=f"{len(total.unattributed)} outputs under load differ from their serial reference with no "
+                  f"foreign content (batch variance; see batch-invariance)",
+            details={"examples": [a.line() for a in total.unattributed[:10]], **details}))
+    if not total.contaminated:
+        return
+    first = next((a for a in total.contaminated if a.source_requests_in_flight), total.contaminated[0])
+    run = next(r for r in runs if first.victim_request in r.by_id())
+    window = window_schedule(run, victim_request=first.victim_request, workload=workload)
+    shrunk = shrink(window, lambda s: reproduces(candidate, workload, refs, s, first.victim_key, stress_max_tokens,
+                                                 latency),
+                    max_evaluations=SHRINK_EVALUATIONS, deadline_s=SHRINK_SECONDS)
+    title = (f"cross-request mixing: {len(total.contaminated)} of {total.checked} outputs answered in another "
+             f"request's context ({per_level}); e.g. {first.victim_key} got {first.source_key}'s content")
+    repro_subs = shrunk.schedule.submissions(workload, max_tokens=stress_max_tokens, tag="repro")
+    script = replay_script(title=title, schedule=shrunk.schedule, workload=workload, references=refs,
+                           spec=candidate.spec, max_tokens=stress_max_tokens)
+    findings.add(Finding(
+        check="mixing", severity="bug", route=candidate.name, prompt_id=first.victim_key, title=title,
+        details={**details, "contamination_matrix": total.matrix_rows(),
+                 "examples": [a.line() for a in total.contaminated[:20]],
+                 "schedule": shrunk.schedule.to_json(), "schedule_text": shrunk.schedule.describe(workload),
+                 "shrink": shrunk.describe(),
+                 "replay": {"filename": f"replay_mixing_{candidate.name}.py", "script": script},
+                 "repro": repro_block(requests=[sub.request for sub in repro_subs],
+                                      expected=[refs[sub.key].token_ids for sub in repro_subs], actual=None,
+                                      concurrency=shrunk.schedule.concurrency,
+                                      note="one pass of the schedule; details.replay loops it with its arrival gaps")}))
+    pytest.fail(f"candidate '{candidate.name}' mixed requests under load: {title}\n"
+                f"{total.matrix_text()}\nfirst: {first.line()}\nrepro schedule: {shrunk.describe()}", pytrace=False)
+
+
+def reproduces(candidate, workload, refs, schedule: Schedule, victim_key: str, max_tokens: int,
+               latency: float) -> bool:
+    """Replay a schedule a few times; True when the victim's prompt again loses its serial output."""
+    for attempt in range(SHRINK_REPEATS):
+        subs = schedule.submissions(workload, max_tokens=max_tokens, tag=f"shrink{attempt}",
+                                    stream=candidate.capabilities.stream)
+        run = drive_handle(candidate, subs, concurrency=schedule.concurrency, mean_latency_s=latency)
+        if any(o.key == victim_key and o.completion.token_ids != refs[victim_key].token_ids for o in run.completed):
+            return True
+    return False

@@ -1,0 +1,234 @@
+"""Mutation harness: run the route suite against the reference engine, correct and with faults planted.
+
+A run is a subprocess `python -m pytest <route-suite paths> -p no:cacheprovider --routes FILE
+--report-dir DIR ...` (one candidate, or several in one run through a routes file, so the
+interpreter, the models and the baseline's outputs are paid for once), and its report.json
+says which checks failed and which findings each candidate got. The fault table names,
+for every fault of the reference engine, the check family meant to catch it; a family the
+route suite does not have yet is reported with the issue that will add it.
+Environment: none read here (the subprocess inherits the caller's).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUTE_SUITE = ("equivalence", "stressors")
+FAILING = ("bug", "error")
+ISSUE_TITLES = {
+    4: "Greedy rigor: divergence classification, logprob consistency, streaming parity, boundary checks",
+    5: "Sampling-distribution tests with a measured false-alarm rate and power",
+    6: "Concurrency stressors: cross-context mixing, batch invariance, determinism, task accuracy under load, aborts",
+}
+# the check family -> the issue that adds it (greedy itself is the foundation's)
+FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distribution": 5, "mixing": 6}
+# one budget for every run, so "the correct engine passes" is claimed at the budget the faults are caught at
+COMMON_ARGS = ("--prompt-limit", "2", "--concurrency", "8", "--stress-requests", "100", "--detect-tv", "0.2")
+NOISY_SEEDS = (1, 2)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One row of the table: a planted fault and the check family that must catch it."""
+
+    fault: str
+    catcher: str
+    expect: str = "caught"            # "caught": the catcher fails the route; "near-tie": reported, not failed
+    options: tuple[tuple[str, str], ...] = ()
+    slow: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.fault + ("" if self.expect == "caught" else f" ({self.expect})")
+
+    @property
+    def route_name(self) -> str:
+        return self.fault if self.expect == "caught" else f"{self.fault}_{self.expect.replace('-', '_')}"
+
+    def uri(self) -> str:
+        options = (("fault", self.fault),) + self.options
+        return "reference:?" + "&".join(f"{k}={v}" for k, v in options)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("kv_no_rollback", "greedy"),
+    Mutant("accept_count_off_by_one", "greedy"),
+    Mutant("logit_noise", "greedy", options=(("noise", "0.1"),)),     # strict policy: 0.1 splits ~1 prompt in 3
+    Mutant("logit_noise", "greedy", expect="near-tie", options=(("seed", str(NOISY_SEEDS[1])),)),
+    Mutant("max_tokens_overshoot", "boundary"),
+    Mutant("tokens_after_stop", "boundary"),
+    Mutant("logprobs_from_draft", "logprobs"),
+    Mutant("cross_context_mixing", "mixing", options=(("mix_rate", "0.1"),)),
+    Mutant("kv_slot_swap", "mixing", options=(("mix_rate", "0.1"),)),
+    Mutant("residual_from_p", "distribution", slow=True),
+    Mutant("bonus_from_q", "distribution", slow=True),
+    Mutant("soft_q_for_argmax_draft", "distribution", slow=True),
+    Mutant("draft_temperature_ignored", "distribution", slow=True),
+    Mutant("top_p_one_side", "distribution", slow=True),
+)
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """What one route-suite run produced: exit code, report.json (empty if none), timing, output tail."""
+
+    exit_code: int
+    run_dir: Path | None
+    report: Mapping[str, Any]
+    duration_s: float
+    output_tail: str
+    command: tuple[str, ...] = ()
+
+    @property
+    def findings(self) -> list[dict]:
+        return list(self.report.get("findings", []))
+
+    def findings_for(self, route: str, *, check: str | None = None) -> list[dict]:
+        return [f for f in self.findings if f.get("route") == route and (check is None or f.get("check") == check)]
+
+    def outcomes_for(self, route: str, *, check: str | None = None) -> Counter:
+        """Test outcomes of one candidate (its name is a dash-separated part of the test id)."""
+        counts: Counter = Counter()
+        for test in self.report.get("tests", []):
+            if check is not None and test.get("check") != check:
+                continue
+            params = re.search(r"\[(.*)\]$", test.get("nodeid", ""))
+            if params and route in params.group(1).split("-"):
+                counts[test.get("outcome", "?")] += 1
+        return counts
+
+    def caught(self, *, route: str, check: str) -> bool:
+        """The check failed the route: a failed/errored test of that family, or a bug/error finding."""
+        outcomes = self.outcomes_for(route, check=check)
+        failing = [f for f in self.findings_for(route, check=check) if f.get("severity") in FAILING]
+        return bool(outcomes["failed"] + outcomes["error"] or failing)
+
+    def requests(self, route: str) -> int | None:
+        extra = (self.report.get("inventories", {}).get(route) or {}).get("extra") or {}
+        return extra.get("requests_served")
+
+    def describe(self) -> str:
+        return (f"exit {self.exit_code} after {self.duration_s:.0f}s, run folder {self.run_dir}\n"
+                f"$ {' '.join(self.command)}\n{self.output_tail}")
+
+
+def routes_toml(*, baseline: str, candidates: Mapping[str, str]) -> str:
+    """A routes file with one baseline and named candidates, all given as route URIs."""
+    lines = [f"baseline = {json.dumps(baseline)}", "", "[candidates]"]
+    lines += [f"{name} = {json.dumps(uri)}" for name, uri in candidates.items()]
+    return "\n".join(lines) + "\n"
+
+
+def default_baseline_uri() -> str:
+    return f"hf:{ROOT / 'fixtures' / 'models' / 'target'}"
+
+
+def run_route_suite(candidate_uri: str | Mapping[str, str], extra_args: Sequence[str], tmp_path: Path, *,
+                    paths: Sequence[str] = ROUTE_SUITE, baseline_uri: str | None = None, timeout_s: float = 900,
+                    workers: int = 0) -> SuiteResult:
+    """Run the route suite in a subprocess against one candidate URI (or {name: uri}) and parse its report."""
+    tmp_path = Path(tmp_path)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    report_dir = tmp_path / "reports"
+    candidates = {"candidate": candidate_uri} if isinstance(candidate_uri, str) else dict(candidate_uri)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(routes_toml(baseline=baseline_uri or default_baseline_uri(), candidates=candidates))
+    command = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", "-q", "--routes", str(routes),
+               "--report-dir", str(report_dir), *extra_args]
+    if workers:
+        command += ["-n", str(workers)]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, output = -1, f"timed out after {timeout_s:.0f}s\n{exc.stdout or ''}"
+    duration = time.perf_counter() - start
+    run_dirs = sorted(p.parent for p in report_dir.glob("*/report.json"))
+    report = json.loads((run_dirs[-1] / "report.json").read_text()) if run_dirs else {}
+    return SuiteResult(exit_code=code, run_dir=run_dirs[-1] if run_dirs else None, report=report,
+                       duration_s=duration, output_tail=_tail(output), command=tuple(map(str, command)))
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def check_paths(check: str, *, root: Path = ROOT) -> list[str]:
+    """Route-suite test modules whose tests belong to the check family (pytestmark = check(...))."""
+    family = re.compile(r"pytest\.mark\.check\(\s*[\"']" + re.escape(check) + r"[\"']\s*\)")
+    found = []
+    for folder in ROUTE_SUITE:
+        for module in sorted((root / folder).glob("test_*.py")):
+            if family.search(module.read_text(errors="replace")):
+                found.append(str(module.relative_to(root)))
+    return found
+
+
+def catcher_paths(mutant: Mutant) -> list[str]:
+    """Where the catcher lives; the near-tie verdict needs the greedy check's divergence classifier."""
+    paths = check_paths(mutant.catcher)
+    if mutant.expect == "near-tie" and not (ROOT / "equivalence" / "divergence.py").exists():
+        return []
+    return paths
+
+
+def missing_reason(mutant: Mutant) -> str:
+    issue = FAMILY_ISSUE.get("near-tie" if mutant.expect == "near-tie" else mutant.catcher, 0)
+    return f"caught by issue: {ISSUE_TITLES.get(issue, f'issue {issue}')}"
+
+
+@dataclass
+class Row:
+    """One line of the printed mutation table."""
+
+    mutant: Mutant
+    status: str = "pending"          # caught / MISSED / xfail (no catcher yet) / not run (slow)
+    also: list[str] = field(default_factory=list)
+    requests: int | None = None
+    seconds: float | None = None
+
+
+def verdict_for(mutant: Mutant, result: SuiteResult) -> tuple[bool, str]:
+    """(as expected?, why) for one mutant in a finished run."""
+    name = mutant.route_name
+    if mutant.expect == "near-tie":
+        greedy = result.findings_for(name, check="greedy")
+        bugs = [f for f in greedy if f.get("severity") in FAILING]
+        near = [f for f in greedy if f.get("severity") == "near-tie"]
+        ok = bool(near) and not bugs
+        return ok, f"{len(near)} near-tie and {len(bugs)} bug findings under --greedy-policy classify"
+    caught = result.caught(route=name, check=mutant.catcher)
+    return caught, f"{mutant.catcher} {'failed' if caught else 'did not fail'} the route"
+
+
+def other_catchers(mutant: Mutant, result: SuiteResult) -> list[str]:
+    name = mutant.route_name
+    checks = {t.get("check") for t in result.report.get("tests", [])} | {f.get("check") for f in result.findings}
+    return sorted(c for c in checks if c and c != mutant.catcher and result.caught(route=name, check=c))
+
+
+def format_table(rows: Sequence[Row], *, correct: str = "") -> str:
+    """The mutation table, one row per fault (plus the correct engine's line)."""
+    header = ("fault", "expected catcher", "caught?", "also failed by", "requests", "run s")
+    lines = [header]
+    if correct:
+        lines.append(("(correct engine)", "every family above", correct, "", "", ""))
+    for row in rows:
+        m = row.mutant
+        catcher = m.catcher + (" (near-tie, classify)" if m.expect == "near-tie" else "")
+        lines.append((m.label, catcher, row.status, ", ".join(row.also) or "-",
+                      "-" if row.requests is None else str(row.requests),
+                      "-" if row.seconds is None else f"{row.seconds:.0f}"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = [" | ".join(cell.ljust(w) for cell, w in zip(line, widths)) for line in lines]
+    out.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(out)

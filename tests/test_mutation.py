@@ -1,0 +1,120 @@
+"""Mutation score: the route suite passes the correct reference engine and catches each planted fault.
+
+One subprocess runs the correct engine through every catcher family at the shared budget
+(mutation.COMMON_ARGS); then one subprocess per family runs all the faults meant for it as
+named candidates of one routes file, two subprocesses at a time. A fault whose catcher the
+route suite does not have yet is an expected failure naming the issue that adds it.
+`pytest tests -k mutation -s` prints the table (fault, expected catcher, caught?, requests).
+The distribution rows need the sampling check's own budget (--detect-tv 0.05: several minutes
+per fault on 2 cores), so they run only with SPEC_SUITE_MUTATION_SLOW=1; otherwise they are
+reported as not run, with that reason (the engine-level proof that each statistical fault
+shifts the distribution is tests/test_reference_sampling.py).
+Environment: SPEC_SUITE_MUTATION_SLOW.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.mutation import (COMMON_ARGS, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
+                            format_table, missing_reason, other_catchers, run_route_suite, verdict_for)
+
+SLOW = os.environ.get("SPEC_SUITE_MUTATION_SLOW") == "1"
+SLOW_REASON = ("not run: the distribution rows take several minutes per fault at the sampling check's budget; "
+               "set SPEC_SUITE_MUTATION_SLOW=1 to run them")
+FAMILY_ARGS = {"distribution": ("--detect-tv", "0.05")}   # the sampling check's default budget
+TIMEOUT_S = 900
+NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
+
+
+def _runnable(m: Mutant) -> bool:
+    return bool(catcher_paths(m)) and (SLOW or not m.slow)
+
+
+def _groups() -> dict[tuple[str, str], list[Mutant]]:
+    groups: dict[tuple[str, str], list[Mutant]] = {}
+    for m in MUTANTS:
+        if _runnable(m):
+            groups.setdefault((m.catcher, m.expect), []).append(m)
+    return groups
+
+
+@pytest.fixture(scope="module")
+def mutation_runs(tmp_path_factory):
+    """{"correct": SuiteResult, (catcher, expect): SuiteResult}; prints the table at the end."""
+    groups = _groups()
+    jobs = {}
+    correct_paths = sorted({p for (catcher, expect), ms in groups.items() if expect == "caught"
+                            for p in catcher_paths(ms[0])})
+    extra = [a for (catcher, _), _ in groups.items() for a in FAMILY_ARGS.get(catcher, ())]
+    jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
+                           paths=correct_paths)
+    for (catcher, expect), ms in groups.items():
+        args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ())]
+        job = dict(candidate_uri={m.route_name: m.uri() for m in ms}, extra_args=args, paths=catcher_paths(ms[0]))
+        if expect == "near-tie":
+            job.update(extra_args=[*args, "--greedy-policy", "classify"], baseline_uri=NOISY_BASELINE)
+        jobs[(catcher, expect)] = job
+
+    def run(key):
+        name = "correct" if key == "correct" else f"{key[0]}-{key[1]}"
+        return key, run_route_suite(tmp_path=tmp_path_factory.mktemp(name), timeout_s=TIMEOUT_S, **jobs[key])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(pool.map(run, sorted(jobs, key=lambda k: -len(jobs[k]["candidate_uri"]) if k != "correct" else -99)))
+    yield results
+    print("\n" + format_table(table_rows(results), correct=correct_status(results.get("correct"))))
+
+
+def correct_status(result: SuiteResult | None) -> str:
+    if result is None:
+        return "not run"
+    noisy = [f for f in result.findings if f.get("severity") != "info"]
+    return "passes" if result.exit_code == 0 and not noisy else f"FAILS (exit {result.exit_code}, {len(noisy)} findings)"
+
+
+def table_rows(results) -> list[Row]:
+    rows = []
+    for m in MUTANTS:
+        row = Row(mutant=m)
+        if not catcher_paths(m):
+            row.status = f"xfail (no '{m.catcher}' check yet)"
+        elif m.slow and not SLOW:
+            row.status = "not run (slow)"
+        else:
+            result = results[(m.catcher, m.expect)]
+            ok, _ = verdict_for(m, result)
+            row.status = ("yes" if ok else "NO") if m.expect == "caught" else ("near-tie" if ok else "NO")
+            row.also = other_catchers(m, result)
+            row.requests = result.requests(m.route_name)
+            row.seconds = result.duration_s
+        rows.append(row)
+    return rows
+
+
+def test_mutation_correct_engine_passes_every_catcher(mutation_runs):
+    result = mutation_runs["correct"]
+    noisy = [(f["check"], f["severity"], f["title"][:160]) for f in result.findings if f.get("severity") != "info"]
+    assert result.exit_code == 0 and not noisy, f"correct engine failed the route suite: {noisy}\n{result.describe()}"
+    assert result.report.get("counts", {}).get("passed", 0) > 0, result.describe()
+
+
+def _case(m: Mutant):
+    marks = []
+    if not catcher_paths(m):
+        marks.append(pytest.mark.xfail(strict=True, reason=missing_reason(m)))
+    return pytest.param(m, marks=marks, id=m.route_name)
+
+
+@pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS])
+def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
+    if not catcher_paths(mutant):
+        pytest.fail(f"no '{mutant.catcher}' check in the route suite yet", pytrace=False)
+    if mutant.slow and not SLOW:
+        pytest.skip(SLOW_REASON)
+    result = mutation_runs[(mutant.catcher, mutant.expect)]
+    ok, why = verdict_for(mutant, result)
+    assert result.report, f"no report.json: {result.describe()}"
+    assert ok, f"{mutant.label}: {why}\n{result.describe()}"

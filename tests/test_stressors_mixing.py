@@ -1,0 +1,142 @@
+"""Self-tests of the mixing detector: exact edit distances, attribution on synthetic data, and against ground truth."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from fixtures.routes.base import Completion
+from stressors.canary import build_workload, renderer, serial_references
+from stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
+from stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,
+                              probe_contexts)
+from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute
+
+
+def naive_distance(a, b) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+tokens = st.lists(st.integers(0, 4), max_size=12)
+
+
+@given(tokens, st.lists(tokens, min_size=1, max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_edit_distances_match_the_textbook_algorithm(seq, refs):
+    assert list(edit_distances(seq, refs)) == [naive_distance(seq, r) for r in refs]
+
+
+def workload_and_refs(size=12, task_share=0.25):
+    tok = CharTokenizer()
+    workload = build_workload(tok, size=size, seed=3, task_share=task_share, max_prompt_tokens=10_000)
+    route = OracleRoute(latency_s=0.0)
+    refs = serial_references(lambda r: asyncio.run(route.generate(r)), workload, max_tokens=64)
+    return tok, workload, refs, route
+
+
+def outcome(key, completion, rid, start=0.0, end=1.0):
+    return Outcome(key=key, request_id=rid, completion=completion, error_kind=None, error=None,
+                   started_s=start, ended_s=end, in_flight_at_start=1)
+
+
+def test_workload_is_answerable_alone_and_canaries_are_unique():
+    _, workload, refs, _ = workload_and_refs(size=24)
+    recall = workload.recall()
+    assert len(recall) == 18 and {i.length for i in recall} == {"short", "medium", "long"}
+    assert all(i.answer in refs[i.key].text for i in recall), "the oracle answers each conversation from its own facts"
+    assert len({v for i in recall for v in i.canaries}) == 2 * len(recall)
+    assert workload.prefix_tokens > 100, "conversations share a long prefix"
+
+
+def test_attribution_on_synthetic_outputs():
+    tok, workload, refs, _ = workload_and_refs()
+    recall = workload.recall()
+    victim = recall[0]
+    source = next(i for i in recall[1:] if i.asked != victim.asked)
+    task_a, task_b = [i for i in workload.items if i.shape != "recall"][:2]
+
+    def completion(text):
+        ids = tok(text)["input_ids"] + [2]
+        return Completion(token_ids=tuple(ids), text=text, finish_reason="stop", route="synthetic")
+
+    canary_leak = completion(f"Your locker code is {source.canaries[0]}.")
+    other_answer = refs[task_b.key]
+    noise = completion(refs[victim.key].text[:-2] + "?.")
+    outcomes = [
+        outcome(victim.key, canary_leak, "v1", 0, 2),
+        outcome(source.key, refs[source.key], "s1", 1, 3),
+        outcome(task_a.key, other_answer, "v2", 5, 6),
+        outcome(task_b.key, refs[task_b.key], "s2", 5.5, 7),
+        outcome(victim.key, noise, "v3", 10, 11),
+        outcome(victim.key, refs[victim.key], "ok", 12, 13),
+    ]
+    report = detect(workload=workload, references=refs, outcomes=outcomes)
+    assert report.checked == 6
+    by_victim = {a.victim_request: a for a in report.mismatches}
+    assert set(by_victim) == {"v1", "v2", "v3"}
+    leak = by_victim["v1"]
+    assert (leak.method, leak.source_key, leak.source_requests_in_flight) == (FOREIGN_CANARY, source.key, ("s1",))
+    assert source.canaries[0] in leak.evidence
+    swap = by_victim["v2"]
+    assert (swap.method, swap.source_key, swap.source_distance) == (FOREIGN_ANSWER, task_b.key, 0)
+    assert swap.source_requests_in_flight == ("s2",)
+    assert by_victim["v3"].method == UNATTRIBUTED and not by_victim["v3"].attributed
+    assert report.matrix() == {(source.key, victim.key): 1, (task_b.key, task_a.key): 1}
+    assert f"{source.key} -> {victim.key} : 1" in report.matrix_text()
+
+
+def test_a_source_not_in_flight_is_named_as_such():
+    tok, workload, refs, _ = workload_and_refs()
+    a, b = workload.items[:2]
+    report = detect(workload=workload, references=refs,
+                    outcomes=[outcome(a.key, refs[b.key], "late", 10, 11), outcome(b.key, refs[b.key], "early", 0, 1)])
+    (att,) = report.contaminated
+    assert att.source_key == b.key and att.source_requests_in_flight == ()
+    assert "NOT in flight" in att.line()
+
+
+def test_correct_route_under_load_shows_no_mismatch():
+    _, workload, refs, route = workload_and_refs(size=16)
+    route.latency_s = 0.003
+    keys = round_robin(workload.keys, 120, rng=random.Random(0))
+    subs = plan(((k, workload.get(k).request(max_tokens=64)) for k in keys), offsets=burst(len(keys)), tag="ok")
+    run = asyncio.run(drive(route, subs, concurrency=8, request_timeout_s=5, deadline_s=60))
+    report = detect(workload=workload, references=refs, outcomes=run.outcomes)
+    assert report.checked == 120 and report.mismatches == ()
+
+
+def test_every_attribution_names_the_true_source():
+    """Ground truth from MixingRoute.fault_log: each attributed victim got its content from the logged source."""
+    _, workload, refs, oracle = workload_and_refs(size=32)
+    oracle.latency_s = 0.003
+    route = MixingRoute(oracle, rate=0.1, seed=1)
+    rng = random.Random(1)
+    keys = round_robin(workload.keys, 400, rng=rng)
+    subs = plan(((k, workload.get(k).request(max_tokens=64)) for k in keys),
+                offsets=mixed_arrivals(len(keys), rng=rng, rate_per_s=2000), tag="mix")
+    run = asyncio.run(drive(route, subs, concurrency=8, request_timeout_s=5, deadline_s=120))
+    passive = detect(workload=workload, references=refs, outcomes=run.outcomes)
+    report = probe_contexts(passive, workload=workload, outcomes=run.outcomes, max_tokens=64,
+                            generate=lambda r: asyncio.run(oracle.generate(r)), render=renderer(CharTokenizer()))
+    truth = dict(route.fault_log)
+    key_of = {o.request_id: o.key for o in run.outcomes}
+    assert len(truth) >= 20, "the wrapper should have mixed about 10% of 400 requests"
+    for att in report.contaminated:
+        assert att.victim_request in truth, f"false attribution: {att.line()}"
+        true_source = key_of[truth[att.victim_request]]
+        if att.method == CONTEXT_PROBE:
+            assert true_source in (att.source_key, *att.alternatives), att.line()
+        else:
+            assert att.source_key == true_source, att.line()
+            assert truth[att.victim_request] in att.source_requests_in_flight
+    visible = [v for v, s in truth.items()
+               if run.by_id()[v].completion.token_ids != refs[key_of[v]].token_ids]
+    assert {a.victim_request for a in report.contaminated} == set(visible), "every visible mix is attributed"
+    assert len(passive.contaminated) >= 0.5 * len(visible), "half are attributed from the outputs alone"
+    assert {a.method for a in report.contaminated} >= {FOREIGN_CANARY, FOREIGN_ANSWER, CONTEXT_PROBE}
