@@ -67,11 +67,15 @@ def equivalent_tv(result) -> float:
     return math.sqrt(max(0.0, gate.statistic - gate.df) / (2 * n * result.budget.prompts)) if n else 0.0
 
 
-def route_verdict(baseline, candidate, *, prompts: int, budget, seed: int, settings, oracle_for=None):
-    """One route verdict over `settings` (each at alpha / len(GRID)): (failed, mean samples, equivalent TV)."""
+def route_verdict(baseline, candidate, *, prompts: int, budget, seed: int, settings, oracle_for=None,
+                  arms_for=None):
+    """One route verdict over `settings` (each at alpha / len(GRID)): (failed, mean samples, equivalent TV).
+
+    `arms_for(setting)` may give per-setting (baseline, candidate) arms (prompts chosen per setting)."""
     failed, used, tvs = False, [], []
     for setting in settings:
-        result = run_check(baseline=baseline, candidate=candidate, prompts=prompts, setting=setting, budget=budget,
+        base, cand = arms_for(setting) if arms_for else (baseline, candidate)
+        result = run_check(baseline=base, candidate=cand, prompts=prompts, setting=setting, budget=budget,
                            alpha=setting_alpha(ALPHA), seed=seed, plan=PLAN,
                            oracle=oracle_for(setting) if oracle_for else None)
         failed |= result.failed
@@ -120,7 +124,6 @@ def reference_rows(runs: int, prompts: int) -> list[Row]:
     import torch
 
     from equivalence.distribution import RouteArm, RouteScorer, position_entropies, select_prompts
-    from equivalence.stats.warp import SamplingSetting
     from fixtures.prompts.encode import encode_prompt
     from fixtures.prompts.records import load_prompt_set
     from fixtures.routes.loop import BackgroundLoop
@@ -135,11 +138,14 @@ def reference_rows(runs: int, prompts: int) -> list[Row]:
     tokenizer = baseline.route.tokenizer
     records = load_prompt_set()
     ids = [encode_prompt(tokenizer, r.text) for r in records]
-    raw = ProbabilityOracle(RouteScorer(baseline, ids, vocab=len(tokenizer)), SamplingSetting("raw", 1.0))
-    tokens = 5
-    chosen = select_prompts([position_entropies(raw, i, tokens) for i in range(len(records))], prompts)
-    prompt_ids = [ids[i] for i in chosen]
-    budget = budget_for(len(chosen), tokens)
+    vocab = len(tokenizer)
+    tokens = 10  # two verify blocks of k = 4: what the route suite samples on a fast (batched) route
+    prompt_ids = {}
+    for setting in GRID:  # chosen per setting on the baseline alone, as the route suite does
+        selector = ProbabilityOracle(RouteScorer(baseline, ids, vocab=vocab), setting)
+        chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(ids))], prompts)
+        prompt_ids[setting] = [ids[i] for i in chosen]
+    budget = budget_for(prompts, tokens)
     rows = []
     for fault in (None, *FAULTS):
         spec = parse_route_uri("candidate", "reference:" + (f"?fault={fault}" if fault else ""), base=Path("."))
@@ -147,15 +153,16 @@ def reference_rows(runs: int, prompts: int) -> list[Row]:
         start, hits, used, tvs = time.perf_counter(), 0, [], []
         for run in range(runs):
             failed, mean_used, tv = route_verdict(
-                RouteArm(baseline, prompt_ids, tokens=tokens), RouteArm(candidate, prompt_ids, tokens=tokens),
-                prompts=len(chosen), budget=budget, seed=run, settings=ACTIVE.get(fault, GRID),
-                oracle_for=lambda s: ProbabilityOracle(RouteScorer(baseline, prompt_ids, vocab=len(tokenizer)), s))
+                None, None, prompts=prompts, budget=budget, seed=run, settings=ACTIVE.get(fault, GRID),
+                arms_for=lambda s: (RouteArm(baseline, prompt_ids[s], tokens=tokens),
+                                    RouteArm(candidate, prompt_ids[s], tokens=tokens)),
+                oracle_for=lambda s: ProbabilityOracle(RouteScorer(baseline, prompt_ids[s], vocab=vocab), s))
             hits += failed
             used.append(mean_used)
             tvs.append(tv)
         candidate.close()
         rows.append(Row(f"reference {fault or 'correct (A/A)'}", float(np.median(tvs)), float(np.mean(used)),
-                        hits / runs, len(chosen), runs, time.perf_counter() - start))
+                        hits / runs, prompts, runs, time.perf_counter() - start))
         print(" | ".join(rows[-1].cells()), flush=True)
     baseline.close()
     loop.close()

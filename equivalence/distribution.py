@@ -7,8 +7,9 @@ confirmed on fresh samples or when nothing is suspicious at half the budget. The
 `run_check`, sees only `Arm`s (draw n samples) and an optional scorer, so the same code runs on
 routes here and on the synthetic sampler in the calibration self-tests.
 
-Tokens per sample: the candidate's draft length + 1, i.e. the first verify block with its bonus
-token, the positions every acceptance-rule bug touches first.
+Tokens per sample (`sample_tokens`): the first verify block with its bonus token (draft length + 1)
+on serial routes, the first two blocks on fast ones: the positions every acceptance-rule bug
+touches first.
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ FAST_PROMPTS = 20
 SERIAL_PROMPTS = 2
 SERIAL_SAMPLES_PER_PROMPT = 192
 CONCURRENCY = 64  # requests in flight for routes that batch concurrent requests themselves
+# A position whose next-token entropy is below this (nats) is fixed in ~99% of samples: no signal there.
+MIN_POSITION_ENTROPY = 0.05
 ARM_KEYS = {"baseline": 1, "candidate": 2, "pit": 3}
 MAX_SEED = 2 ** 63 - 1
 
@@ -268,6 +271,14 @@ def draft_tokens(spec) -> int:
     return spec.num_assistant_tokens or spec.prompt_lookup or DEFAULT_DRAFT_TOKENS
 
 
+def sample_tokens(spec, *, serial: bool) -> int:
+    """Tokens per sample: one verify block and its bonus token (k + 1) on serial routes, whose every
+    token costs wall time; two blocks on fast routes, because a well-trained model often fixes the
+    first few tokens and the second block drafts, accepts and adds its bonus in other contexts."""
+    block = draft_tokens(spec) + 1
+    return block if serial else 2 * block
+
+
 def setting_alpha(alpha: float) -> float:
     """Each grid setting is its own test module item: Bonferroni across the grid."""
     return alpha / len(GRID)
@@ -284,7 +295,8 @@ def plan_for(*, suite_config, serial: bool, prompts: int, tokens: int, plan: Seq
 
 
 def position_entropies(oracle: ProbabilityOracle, prompt: int, depth: int) -> list[float]:
-    """Entropy the bins can see at each position j: P(greedy path up to j) x H(next token there).
+    """Entropy the bins can see at each position j: P(likeliest path up to j) x H(next token there),
+    under the oracle's sampling setting (at T=0.7/top-p 0.9 a sharp model is often deterministic).
 
     High at position 1 when the first token is uncertain; high at position k+1 when a likely path
     leads to an uncertain token there (all k drafts accepted, then the bonus token is sampled).
@@ -293,41 +305,48 @@ def position_entropies(oracle: ProbabilityOracle, prompt: int, depth: int) -> li
     prefix: tuple[int, ...] = ()
     reach, out = 1.0, []
     for _ in range(depth):
-        row = oracle.raw_row(prompt, prefix)
-        p = np.exp(row[np.isfinite(row)])
-        out.append(reach * float(-(p[p > 0] * np.log(p[p > 0])).sum()))
-        top = int(np.argmax(row))
-        reach *= float(np.exp(row[top]))
+        p = oracle.summary(prompt, prefix).probs
+        support = p[p > 0]
+        out.append(reach * float(-(support * np.log(support)).sum()))
+        top = int(np.argmax(p))
+        reach *= float(p[top])
         prefix += (top,)
     return out
 
 
 def select_prompts(scores: Sequence[Sequence[float]] | None, count: int, *,
                    categories: Sequence[str] | None = None) -> list[int]:
-    """Prompts chosen so that every position of the first verify block is visible in some prompt.
+    """Prompts chosen so that every sampled position is visible in some prompt, informative ones first.
 
-    Positions are served in turn, first token and last (bonus) position first, then the ones between;
-    each takes the unchosen prompt with the most visible entropy there. Scored on the baseline alone,
-    before any candidate sample is drawn, so the choice cannot bias the tests. Without scores (a
-    baseline that cannot score): round-robin over the categories, in file order.
+    Positions are served in turn, first token and last position first, then the ones between; each
+    takes the unchosen prompt with the most visible entropy there, skipping positions no prompt leaves
+    uncertain. Then the rest by total visible entropy: a prompt with a fixed continuation still shows
+    a candidate that emits a token the baseline never would (top-k/top-p on one side). Scored on the
+    baseline alone, before any candidate sample, so the choice cannot bias the tests. Without scores
+    (a baseline that cannot score): round-robin over the categories, in file order.
     """
     if scores is None:
         groups: dict[str, list[int]] = {}
         for i, category in enumerate(categories or ["all"] * count):
             groups.setdefault(category, []).append(i)
-        order = [i for depth in range(max(map(len, groups.values()), default=0))
-                 for members in groups.values() if depth < len(members) for i in [members[depth]]]
+        order = [members[depth] for depth in range(max(map(len, groups.values()), default=0))
+                 for members in groups.values() if depth < len(members)]
         return order[:count]
+    count = min(count, len(scores))
     depth = len(scores[0]) if scores else 0
     turns = [0, depth - 1] + list(range(1, depth - 1)) if depth > 1 else [0]
     chosen: list[int] = []
-    while len(chosen) < min(count, len(scores)):
+    while len(chosen) < count:
+        added = False
         for position in turns:
-            if len(chosen) == min(count, len(scores)):
-                break
-            best = max((i for i in range(len(scores)) if i not in chosen), key=lambda i: scores[i][position])
-            chosen.append(best)
-    return chosen
+            options = [i for i in range(len(scores)) if i not in chosen and scores[i][position] > MIN_POSITION_ENTROPY]
+            if options and len(chosen) < count:
+                chosen.append(max(options, key=lambda i: scores[i][position]))
+                added = True
+        if not added:
+            break
+    rest = sorted((i for i in range(len(scores)) if i not in chosen), key=lambda i: -sum(scores[i]))
+    return (chosen + rest)[:count]
 
 
 def distribution_mutation_cases() -> list[dict]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from equivalence.distribution import (FAST_PROMPTS, GRID, SERIAL_PROMPTS, RouteArm, RouteScorer, draft_tokens,
-                                      plan_for, position_entropies, run_check, select_prompts, setting_alpha)
+from equivalence.distribution import (FAST_PROMPTS, GRID, SERIAL_PROMPTS, RouteArm, RouteScorer, plan_for,
+                                      position_entropies, run_check, sample_tokens, select_prompts, setting_alpha)
 from equivalence.stats.families import GATE
 from equivalence.stats.oracle import ProbabilityOracle
 from equivalence.stats.sequential import SequentialPlan
@@ -43,16 +43,15 @@ def _records(suite_config):
 def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, tokenizer, suite_config, findings):
     records = _records(suite_config)
     all_ids = [encode_prompt(tokenizer, r.text) for r in records]
-    tokens = draft_tokens(candidate.spec) + 1
-    probe = RouteArm(candidate, all_ids[:1], tokens=tokens)
-    serial = probe.serial or RouteArm(baseline, all_ids[:1], tokens=tokens).serial
+    serial = RouteArm(candidate, all_ids[:1], tokens=1).serial or RouteArm(baseline, all_ids[:1], tokens=1).serial
+    tokens = sample_tokens(candidate.spec, serial=serial)
     scorer = RouteScorer(baseline, all_ids, vocab=len(tokenizer)) if baseline.capabilities.prompt_logprobs else None
     if scorer is not None and not scorer.full_vocabulary():
         scorer = None  # the score-based families need the whole distribution; the gate does not
-    raw = ProbabilityOracle(scorer, SamplingSetting("raw", 1.0)) if scorer else None
+    selector = ProbabilityOracle(scorer, setting) if scorer else None
     count = min(len(records), SERIAL_PROMPTS if serial else FAST_PROMPTS)
-    chosen = select_prompts([position_entropies(raw, i, tokens) for i in range(len(records))] if raw else None, count,
-                            categories=[r.category for r in records])
+    chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(records))] if selector else None,
+                            count, categories=[r.category for r in records])
     prompt_ids = [all_ids[i] for i in chosen]
     prompt_names = [records[i].id for i in chosen]
     budget = plan_for(suite_config=suite_config, serial=serial, prompts=len(chosen), tokens=tokens, plan=PLAN)

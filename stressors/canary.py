@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Mapping, Sequence
 
 from fixtures.models import corpus
 from fixtures.prompts.encode import encode_prompt
@@ -88,14 +89,11 @@ class Workload:
         return tuple(item.key for item in self.items)
 
     def get(self, key: str) -> WorkItem:
-        return self._index()[key]
+        return self._index[key]
 
+    @cached_property
     def _index(self) -> dict[str, WorkItem]:
         return {item.key: item for item in self.items}
-
-    def subset(self, keys: Iterable[str]) -> "Workload":
-        index = self._index()
-        return replace(self, items=tuple(index[k] for k in keys))
 
     def recall(self) -> tuple[WorkItem, ...]:
         return tuple(item for item in self.items if item.shape == "recall")
@@ -134,13 +132,11 @@ def _canary_value(kind: str, rng: random.Random, taken: set[str]) -> tuple[str |
     raise RuntimeError(f"could not draw a fresh {kind} canary")
 
 
-def conversation(rng: random.Random, *, length: str, taken: set[str], nonce: str = "",
-                 asked: str | None = None) -> tuple[list[tuple[str, str]], str, str, tuple[str, ...]]:
+def conversation(rng: random.Random, *, length: str, taken: set[str],
+                 nonce: str = "") -> tuple[list[tuple[str, str]], str, str, tuple[str, ...]]:
     """(messages, asked kind, answer, canaries): two facts with fresh values, fillers, then the question."""
     kinds = rng.sample(CANARY_KINDS, 2)
-    if asked is not None and asked not in kinds:
-        kinds[0] = asked
-    asked = asked or rng.choice(kinds)
+    asked = rng.choice(kinds)
     messages = shared_prefix(nonce)
     values: dict[str, tuple[str | None, str]] = {}
     for kind in kinds:

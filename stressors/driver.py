@@ -287,18 +287,24 @@ class Budget:
 
 BATCHED_DEFAULT = dict(mixing_requests=640, pool=96, needle_batches=6, batch_cap=64, identical_requests=64,
                        seeds=4, abort_wave=48, prefix_variants=12)
-SERIAL_DEFAULT = dict(mixing_requests=24, pool=12, needle_batches=2, batch_cap=4, identical_requests=8,
+SERIAL_DEFAULT = dict(mixing_requests=24, pool=12, needle_batches=3, batch_cap=4, identical_requests=8,
                       seeds=2, abort_wave=8, prefix_variants=4)
 
 
 def budget_for(*, batched: bool, levels: Sequence[int], stress_requests: int | None) -> Budget:
-    """The default budget for this kind of route, or one scaled from --stress-requests."""
+    """The default budget for this kind of route, or one scaled from --stress-requests.
+
+    A route that serialises requests runs its default budget at the lowest configured level only:
+    its concurrency is nominal (requests queue on one lock), so higher levels would repeat the same
+    serial run. --stress-requests always runs every level.
+    """
     loaded = tuple(sorted({c for c in levels if c > 1}))
     if stress_requests is None:
-        values = BATCHED_DEFAULT if batched else SERIAL_DEFAULT
-        source = ("default for a batching route" if batched else
-                  "default for a route that serialises requests (capability concurrency=False)")
-        return Budget(levels=loaded, source=source, **values)
+        if batched:
+            return Budget(levels=loaded, source="default for a batching route", **BATCHED_DEFAULT)
+        return Budget(levels=loaded[:1], **SERIAL_DEFAULT,
+                      source="default for a route that serialises requests (capability concurrency=False): "
+                             "lowest level only")
     n = stress_requests
     return Budget(levels=loaded, mixing_requests=n, pool=min(96, max(8, n // 5)), needle_batches=max(2, n // 80),
                   batch_cap=BATCHED_DEFAULT["batch_cap"] if batched else SERIAL_DEFAULT["batch_cap"],

@@ -11,10 +11,10 @@ into which. Evidence, strongest first:
    that was not in flight counts only when the output is also far from its own reference
    (a one-token slip that happens to equal some finished request's answer is no leak);
 3. answer in another context (`probe_contexts`, serial requests): the victim's last user
-   message asked alone inside each in-flight neighbour's conversation reproduces the
-   output. This is the reported symptom, and it names the source even when the answer
-   is a hallucination carrying no canary; it replaces a foreign answer it beats (closer,
-   or as close with fewer equally good candidates).
+   message asked alone inside an in-flight neighbour's conversation reproduces the output
+   token for token. This is the reported symptom, and it names the source even when the answer
+   is a hallucination carrying no canary; it replaces a foreign answer that is inexact,
+   has more equally good candidates, or comes from a request that was not in flight.
 What is left is "unattributed" (batch variance or a numerical divergence: the
 batch-invariance check owns those). Attributions aggregate into a contamination matrix,
 source -> victim; each names the source's requests that were in flight with the victim (a
@@ -31,6 +31,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from equivalence.divergence import classify_divergence
+from equivalence.greedy import compare_greedy
 from fixtures.routes.base import Completion, Request, TokenIds
 from stressors.canary import Workload, canary_owners, mentions
 from stressors.driver import Outcome
@@ -237,9 +239,10 @@ def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequen
     """Confirm chat mismatches by asking the victim's question in each in-flight neighbour's context.
 
     Runs serially and bounded by `max_probes`; neighbours already in flight when the victim arrived go first,
-    and later arrivals are skipped once one of those matches exactly. Applies to every chat mismatch without
-    a foreign canary; it replaces a foreign answer when it is closer, or as close with fewer equally good
-    candidates, or when that answer's source was not even in flight (a coincidence is likelier than stale state).
+    and later arrivals are skipped once one of those matches. Only an exact match counts (a near one is how
+    a garbled step looks too). It applies to every chat mismatch without a foreign canary and replaces a
+    foreign answer that is inexact, has more equally good candidates, or whose source was not even in flight
+    (a coincidence is likelier than stale state); equal evidence keeps both sources, context first.
     """
     by_id = {o.request_id: o for o in outcomes}
     spent = 0
@@ -265,29 +268,38 @@ def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequen
             spent += 1
             probed[key] = generate(context_probe_request(victim=victim, neighbour=workload.get(key), render=render,
                                                          max_tokens=max_tokens)).token_ids
-        if not probed:
-            out.append(att)
+        matches = [k for k, ids in probed.items() if ids == got.completion.token_ids]
+        stale = att.attributed and not att.source_requests_in_flight  # a finished source needs stale state
+        exact_answer = att.attributed and not stale and att.source_distance == 0
+        if not matches or (exact_answer and len(matches) > 1 + len(att.alternatives)):
+            out.append(att)  # no context reproduces it, or the outputs alone say as much with fewer candidates
             continue
-        keys = list(probed)
-        distances = edit_distances(got.completion.token_ids, [probed[k] for k in keys])
-        best = int(distances.min())
-        matches = [k for k, d in zip(keys, distances) if d == best]
-        length = max(len(got.completion.token_ids), 1)
-        stale = att.attributed and not att.source_requests_in_flight  # a leak from a finished request needs stale state
-        weaker = (att.attributed and not stale
-                  and (best, len(matches)) > (att.source_distance, 1 + len(att.alternatives)))
-        if best >= att.own_distance or best > SIMILAR * length or weaker:
-            out.append(att)  # no context explains it better (closer, or as close with fewer candidates)
-            continue
-        if att.attributed and best == att.source_distance and not stale:  # equally good: keep both, context first
+        if exact_answer:  # equally good evidence: keep both, context first
             matches += [k for k in (att.source_key, *att.alternatives) if k not in matches]
         also = f" (equally: {', '.join(matches[1:5])})" if len(matches) > 1 else ""
-        how = "equals" if best == 0 else f"is {best} token edits from"
         out.append(replace(att, method=CONTEXT_PROBE, source_key=matches[0], alternatives=tuple(matches[1:]),
-                           source_requests_in_flight=tuple(neighbours[matches[0]]), source_distance=best,
-                           evidence=f"{how} the answer to its last user message asked in {matches[0]}'s "
+                           source_requests_in_flight=tuple(neighbours[matches[0]]), source_distance=0,
+                           evidence=f"equals the answer to its last user message asked in {matches[0]}'s "
                                     f"conversation{also}"))
     return replace(report, mismatches=tuple(out))
+
+
+def classify_mismatch(*, baseline, tokenizer, prompt_ids: TokenIds, expected: Completion, got: Completion,
+                      max_tokens: int, tau: float) -> tuple[str, str]:
+    """("near-tie" | "bug", why) for the first divergence of `got` (under load) from `expected` (alone).
+
+    The candidate's token at the first divergence is teacher-forced through the baseline
+    (equivalence/divergence.py): within tau of the top-1 it is a numerical near-tie (batch variance),
+    otherwise no rounding explains it.
+    """
+    divergence = compare_greedy(baseline=expected, candidate=got, decode=tokenizer.decode)
+    if divergence is None:
+        return "bug", "same tokens, different finish reason"
+    verdict = classify_divergence(baseline=baseline, prompt_ids=prompt_ids, divergence=divergence,
+                                  baseline_completion=expected, candidate_completion=got, max_tokens=max_tokens,
+                                  tau=tau, eos_token_id=tokenizer.eos_token_id, decode=tokenizer.decode)
+    severity = "near-tie" if verdict.is_near_tie else "bug"
+    return severity, f"first divergence at token {divergence.position}: {verdict.summary()}"
 
 
 def merge(reports: Sequence[MixingReport]) -> MixingReport:

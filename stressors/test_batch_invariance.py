@@ -18,29 +18,15 @@ from dataclasses import replace
 import pytest
 
 from equivalence.calibration import derive_threshold
-from equivalence.divergence import classify_divergence
-from equivalence.greedy import compare_greedy, first_divergence
-from fixtures.routes.base import Completion
+from equivalence.greedy import first_divergence
 from reports.findings import Finding
 from stressors.canary import mean_latency
 from stressors.driver import Submission, burst, drive_handle, failure_details, failure_title, plan
+from stressors.mixing import classify_mismatch
 
 pytestmark = pytest.mark.check("batch-invariance")
 NEAR_TIE_TAU = derive_threshold(None)  # the A/A calibration's floor until its fixture is shared beyond equivalence/
 SAMPLING_TEMPERATURE = 1.0
-
-
-def classify(baseline, tokenizer, prompt_ids, expected: Completion, got: Completion,
-             max_tokens: int) -> tuple[str, str]:
-    """("near-tie" | "bug", why) for the first divergence of `got` (under load) from `expected` (alone)."""
-    divergence = compare_greedy(baseline=expected, candidate=got, decode=tokenizer.decode)
-    if divergence is None:
-        return "bug", "same tokens, different finish reason"
-    verdict = classify_divergence(baseline=baseline, prompt_ids=prompt_ids, divergence=divergence,
-                                  baseline_completion=expected, candidate_completion=got, max_tokens=max_tokens,
-                                  tau=NEAR_TIE_TAU, eos_token_id=tokenizer.eos_token_id, decode=tokenizer.decode)
-    severity = "near-tie" if verdict.is_near_tie else "bug"
-    return severity, f"first divergence at token {divergence.position}: {verdict.summary()}"
 
 
 def test_needle_alone_equals_needle_in_mixed_batches(candidate, baseline, tokenizer, stress_budget, stress_workload,
@@ -67,8 +53,10 @@ def test_needle_alone_equals_needle_in_mixed_batches(candidate, baseline, tokeni
                 checked += 1
                 expected = refs[outcome.key]
                 if outcome.completion.token_ids != expected.token_ids:
-                    severity, why = classify(baseline, tokenizer, workload.get(outcome.key).prompt_ids, expected,
-                                             outcome.completion, stress_max_tokens)
+                    severity, why = classify_mismatch(baseline=baseline, tokenizer=tokenizer,
+                                                      prompt_ids=workload.get(outcome.key).prompt_ids,
+                                                      expected=expected, got=outcome.completion,
+                                                      max_tokens=stress_max_tokens, tau=NEAR_TIE_TAU)
                     broken.append((severity, outcome, order, why))
     summary = (f"needle: {checked} outputs in {stress_budget.needle_batches} mixed batches per level "
                f"{list(stress_budget.levels)} compared with their outputs alone; {len(broken)} differ")

@@ -33,6 +33,7 @@ FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distr
 # one budget for every run, so "the correct engine passes" is claimed at the budget the faults are caught at
 COMMON_ARGS = ("--prompt-limit", "2", "--concurrency", "8", "--stress-requests", "100", "--detect-tv", "0.2")
 NOISY_SEEDS = (1, 2)
+ALL_PROMPTS = ("--prompt-limit", "1000")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,13 @@ class Mutant:
     catcher: str
     expect: str = "caught"            # "caught": the catcher fails the route; "near-tie": reported, not failed
     options: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = ()        # extra suite options for this row (after COMMON_ARGS: they win)
     slow: bool = False
+
+    @property
+    def group(self) -> tuple[str, str, tuple[str, ...]]:
+        """Rows with the same group share one route-suite run (one candidate each)."""
+        return self.catcher, self.expect, self.args
 
     @property
     def label(self) -> str:
@@ -61,13 +68,14 @@ class Mutant:
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("kv_no_rollback", "greedy"),
     Mutant("accept_count_off_by_one", "greedy"),
-    Mutant("logit_noise", "greedy", options=(("noise", "0.1"),)),     # strict policy: 0.1 splits ~1 prompt in 3
-    Mutant("logit_noise", "greedy", expect="near-tie", options=(("seed", str(NOISY_SEEDS[1])),)),
+    # near-ties are rare on the confident tiny pair (2-4 of 70 prompts split): these rows use every prompt
+    Mutant("logit_noise", "greedy", args=ALL_PROMPTS),                  # strict policy: the split is seen
+    Mutant("logit_noise", "greedy", expect="near-tie", options=(("seed", str(NOISY_SEEDS[1])),), args=ALL_PROMPTS),
     Mutant("max_tokens_overshoot", "boundary"),
     Mutant("tokens_after_stop", "boundary"),
     Mutant("logprobs_from_draft", "logprobs"),
     Mutant("cross_context_mixing", "mixing", options=(("mix_rate", "0.1"),)),
-    Mutant("kv_slot_swap", "mixing", options=(("mix_rate", "0.1"),)),
+    Mutant("kv_slot_swap", "mixing", options=(("mix_rate", "0.25"),)),  # a swap needs company at its step
     Mutant("residual_from_p", "distribution", slow=True),
     Mutant("bonus_from_q", "distribution", slow=True),
     Mutant("soft_q_for_argmax_draft", "distribution", slow=True),
@@ -114,6 +122,17 @@ class SuiteResult:
     def requests(self, route: str) -> int | None:
         extra = (self.report.get("inventories", {}).get(route) or {}).get("extra") or {}
         return extra.get("requests_served")
+
+    def to_json(self) -> dict:
+        return {"exit_code": self.exit_code, "run_dir": str(self.run_dir) if self.run_dir else None,
+                "report": dict(self.report), "duration_s": self.duration_s, "output_tail": self.output_tail,
+                "command": list(self.command)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SuiteResult":
+        return cls(exit_code=data["exit_code"], run_dir=Path(data["run_dir"]) if data["run_dir"] else None,
+                   report=data["report"], duration_s=data["duration_s"], output_tail=data["output_tail"],
+                   command=tuple(data["command"]))
 
     def describe(self) -> str:
         return (f"exit {self.exit_code} after {self.duration_s:.0f}s, run folder {self.run_dir}\n"
@@ -221,7 +240,7 @@ def format_table(rows: Sequence[Row], *, correct: str = "") -> str:
     header = ("fault", "expected catcher", "caught?", "also failed by", "requests", "run s")
     lines = [header]
     if correct:
-        lines.append(("(correct engine)", "every family above", correct, "", "", ""))
+        lines.append(("(correct engine)", "each family run", correct, "", "", ""))
     for row in rows:
         m = row.mutant
         catcher = m.catcher + (" (near-tie, classify)" if m.expect == "near-tie" else "")

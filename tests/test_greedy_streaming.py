@@ -72,8 +72,8 @@ def test_route_without_streaming_is_not_verified():
 
 @pytest.fixture(scope="module")
 def noisy_pair():
-    baseline = handle(reference_route("baseline", fault="logit_noise", noise=0.1, seed=1), "baseline")
-    candidate = handle(reference_route("candidate", fault="logit_noise", noise=0.1, seed=2), "candidate")
+    baseline = handle(reference_route("baseline", fault="logit_noise", noise=0.3, seed=1), "baseline")
+    candidate = handle(reference_route("candidate", fault="logit_noise", noise=0.3, seed=2), "candidate")
     records = prompts(("math", "chat", "json"), 1)
     measured = calib.calibrate(baseline, [encode_prompt(tokenizer(), p.text) for p in records], max_tokens=32)
     yield baseline, candidate, FixedCalibration(measured, records)

@@ -6,26 +6,28 @@ named candidates of one routes file, two subprocesses at a time. A fault whose c
 route suite does not have yet is an expected failure naming the issue that adds it.
 `pytest tests -k mutation -s` prints the table (fault, expected catcher, caught?, requests).
 The distribution rows need the sampling check's own budget (--detect-tv 0.05: several minutes
-per fault on 2 cores), so they run only with SPEC_SUITE_MUTATION_SLOW=1; otherwise they are
+per fault on 2 cores), so they run only with SLOW = True below; otherwise they are
 reported as not run, with that reason (the engine-level proof that each statistical fault
 shifts the distribution is tests/test_reference_sampling.py).
-Environment: SPEC_SUITE_MUTATION_SLOW.
+Environment: none.
 """
 from __future__ import annotations
 
-import os
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from filelock import FileLock
 
 from tests.mutation import (COMMON_ARGS, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
                             format_table, missing_reason, other_catchers, run_route_suite, verdict_for)
 
-SLOW = os.environ.get("SPEC_SUITE_MUTATION_SLOW") == "1"
+SLOW = False  # flip to run the distribution rows (minutes per fault); see the module docstring
 SLOW_REASON = ("not run: the distribution rows take several minutes per fault at the sampling check's budget; "
-               "set SPEC_SUITE_MUTATION_SLOW=1 to run them")
+               "set SLOW = True in tests/test_mutation.py to run them")
 FAMILY_ARGS = {"distribution": ("--detect-tv", "0.05")}   # the sampling check's default budget
 TIMEOUT_S = 900
+RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2}   # longest runs start first
 NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
 
 
@@ -33,39 +35,66 @@ def _runnable(m: Mutant) -> bool:
     return bool(catcher_paths(m)) and (SLOW or not m.slow)
 
 
-def _groups() -> dict[tuple[str, str], list[Mutant]]:
-    groups: dict[tuple[str, str], list[Mutant]] = {}
+def _groups() -> dict[tuple, list[Mutant]]:
+    groups: dict[tuple, list[Mutant]] = {}
     for m in MUTANTS:
         if _runnable(m):
-            groups.setdefault((m.catcher, m.expect), []).append(m)
+            groups.setdefault(m.group, []).append(m)
     return groups
 
 
 @pytest.fixture(scope="module")
-def mutation_runs(tmp_path_factory):
-    """{"correct": SuiteResult, (catcher, expect): SuiteResult}; prints the table at the end."""
+def mutation_runs(tmp_path_factory, worker_id):
+    """{"correct": SuiteResult, Mutant.group: SuiteResult}; computed once per session, also under xdist.
+
+    Under xdist the first worker runs the suites while holding a file lock and leaves the
+    results beside the workers' temp dirs; the others wait on the lock and read them.
+    """
+    if worker_id == "master":
+        results = _run_all(tmp_path_factory)
+    else:
+        shared = tmp_path_factory.getbasetemp().parent
+        with FileLock(str(shared / "mutation.lock")):
+            cache = shared / "mutation-results.json"
+            if cache.exists():
+                results = {_key(k): SuiteResult.from_json(v) for k, v in json.loads(cache.read_text())}
+            else:
+                results = _run_all(tmp_path_factory)
+                cache.write_text(json.dumps([[_key_json(k), r.to_json()] for k, r in results.items()]))
+    yield results
+    print("\n" + format_table(table_rows(results), correct=correct_status(results.get("correct"))))
+
+
+def _key_json(key):
+    return key if key == "correct" else [key[0], key[1], list(key[2])]
+
+
+def _key(data):
+    return data if data == "correct" else (data[0], data[1], tuple(data[2]))
+
+
+def _run_all(tmp_path_factory) -> dict:
     groups = _groups()
     jobs = {}
-    correct_paths = sorted({p for (catcher, expect), ms in groups.items() if expect == "caught"
+    correct_paths = sorted({p for (catcher, expect, _), ms in groups.items() if expect == "caught"
                             for p in catcher_paths(ms[0])})
-    extra = [a for (catcher, _), _ in groups.items() for a in FAMILY_ARGS.get(catcher, ())]
+    extra = [a for catcher in sorted({c for (c, _, _) in groups}) for a in FAMILY_ARGS.get(catcher, ())]
     jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
                            paths=correct_paths)
-    for (catcher, expect), ms in groups.items():
-        args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ())]
+    for (catcher, expect, row_args), ms in groups.items():
+        args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ()), *row_args]
         job = dict(candidate_uri={m.route_name: m.uri() for m in ms}, extra_args=args, paths=catcher_paths(ms[0]))
         if expect == "near-tie":
             job.update(extra_args=[*args, "--greedy-policy", "classify"], baseline_uri=NOISY_BASELINE)
-        jobs[(catcher, expect)] = job
+        jobs[(catcher, expect, row_args)] = job
 
     def run(key):
-        name = "correct" if key == "correct" else f"{key[0]}-{key[1]}"
+        name = "correct" if key == "correct" else f"{key[0]}-{key[1]}-{len(key[2])}"
         return key, run_route_suite(tmp_path=tmp_path_factory.mktemp(name), timeout_s=TIMEOUT_S, **jobs[key])
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = dict(pool.map(run, sorted(jobs, key=lambda k: -len(jobs[k]["candidate_uri"]) if k != "correct" else -99)))
-    yield results
-    print("\n" + format_table(table_rows(results), correct=correct_status(results.get("correct"))))
+    order = sorted(jobs, key=lambda k: (k != "correct", -RUN_COST.get(k[0], 1) if k != "correct" else 0))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two suite runs at a time: the 2-core budget
+        return dict(pool.map(run, order))
 
 
 def correct_status(result: SuiteResult | None) -> str:
@@ -84,7 +113,7 @@ def table_rows(results) -> list[Row]:
         elif m.slow and not SLOW:
             row.status = "not run (slow)"
         else:
-            result = results[(m.catcher, m.expect)]
+            result = results[m.group]
             ok, _ = verdict_for(m, result)
             row.status = ("yes" if ok else "NO") if m.expect == "caught" else ("near-tie" if ok else "NO")
             row.also = other_catchers(m, result)
@@ -114,7 +143,7 @@ def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
         pytest.fail(f"no '{mutant.catcher}' check in the route suite yet", pytrace=False)
     if mutant.slow and not SLOW:
         pytest.skip(SLOW_REASON)
-    result = mutation_runs[(mutant.catcher, mutant.expect)]
+    result = mutation_runs[mutant.group]
     ok, why = verdict_for(mutant, result)
     assert result.report, f"no report.json: {result.describe()}"
     assert ok, f"{mutant.label}: {why}\n{result.describe()}"

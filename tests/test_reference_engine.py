@@ -320,4 +320,5 @@ def test_logit_noise_splits_only_at_near_ties(loop, make, prompt_ids, ar_outputs
         scored = loop.run(route.score(prompt_ids[n], out.token_ids[:split + 1], 2), timeout=60)[-1]
         margins.append(scored.top[0][1] - scored.logprob)
     assert margins, f"noise {noise} split no greedy output on {len(names)} prompts"
-    assert max(margins) <= 8 * noise, f"a split at margin {max(margins):.3g}: not a near-tie at noise {noise}"
+    bound = 4 * 2 ** 0.5 * noise  # 4 sigma of the difference of two noisy logits
+    assert max(margins) <= bound, f"a split at margin {max(margins):.3g}: not a near-tie at noise {noise}"

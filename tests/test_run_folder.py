@@ -46,13 +46,11 @@ headers = {{ "X-Api-Token" = "{HEADER_SECRET}" }}
 timeouts = {{ connect = 2, request = 10 }}
 """)
     env = {**subprocess.os.environ, "SPEC_SUITE_TEST_KEY": KEY}
-    started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "pytest", "equivalence/test_greedy.py", "-p", "no:cacheprovider",
                              "--routes", str(routes), "--report-dir", str(tmp_path / "out"), "--prompt-limit", "1",
                              "--categories", "math,chat"], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 1, result.stdout[-2000:]
-    assert time.monotonic() - started < 120
     report = json.loads(next((tmp_path / "out").glob("*/report.json")).read_text())
     kinds = {f["details"].get("error_kind") for f in report["findings"]}
     assert kinds == {"connection-lost"} and len(report["findings"]) >= 2

@@ -10,7 +10,6 @@ from equivalence.distribution import (GRID, RouteArm, RouteScorer, gate_level, p
 from equivalence.stats.oracle import ProbabilityOracle
 from equivalence.stats.planner import plan_budget
 from equivalence.stats.sequential import SequentialPlan
-from equivalence.stats.warp import SamplingSetting
 from fixtures.prompts.encode import encode_prompt
 from fixtures.prompts.records import load_prompt_set
 from fixtures.routes.base import Request
@@ -56,8 +55,8 @@ def test_batched_sampling_matches_one_request_at_a_time(hf):
     """The batched AR path used for fast baselines draws from the same distribution as single requests."""
     handle, ids, vocab = hf
     setting = GRID[1]
-    raw = ProbabilityOracle(RouteScorer(handle, ids, vocab=vocab), SamplingSetting("raw", 1.0))
-    prompt = select_prompts([position_entropies(raw, i, TOKENS) for i in range(len(ids))], 1)[0]
+    selector = ProbabilityOracle(RouteScorer(handle, ids, vocab=vocab), setting)
+    prompt = select_prompts([position_entropies(selector, i, TOKENS) for i in range(len(ids))], 1)[0]
     batched = RouteArm(handle, [ids[prompt]], tokens=TOKENS).draw(0, setting, 300, seed=1)
     single = [handle.generate(Request(prompt_ids=ids[prompt], max_tokens=TOKENS, temperature=setting.temperature,
                                       top_p=setting.top_p, top_k=setting.top_k, seed=10_000 + i)).token_ids
@@ -72,18 +71,22 @@ def test_batched_sampling_matches_one_request_at_a_time(hf):
 def test_aa_false_alarms_on_the_real_tiny_models(hf):
     """The baseline against itself with independent seeds: the whole family, both grid settings."""
     handle, ids, vocab = hf
-    raw = ProbabilityOracle(RouteScorer(handle, ids, vocab=vocab), SamplingSetting("raw", 1.0))
-    chosen = select_prompts([position_entropies(raw, i, TOKENS) for i in range(len(ids))], 4)
-    prompt_ids = [ids[i] for i in chosen]
-    budget = plan_budget(detect_tv=0.2, level=gate_level(ALPHA, PLAN), power=0.9, prompts=len(chosen), tokens=TOKENS,
+    prompts = 4
+    chosen = {}
+    for setting in GRID:
+        selector = ProbabilityOracle(RouteScorer(handle, ids, vocab=vocab), setting)
+        chosen[setting] = [ids[i] for i in select_prompts([position_entropies(selector, i, TOKENS)
+                                                          for i in range(len(ids))], prompts)]
+    budget = plan_budget(detect_tv=0.2, level=gate_level(ALPHA, PLAN), power=0.9, prompts=prompts, tokens=TOKENS,
                          inflation=PLAN.inflation)
     alarms = 0
     for run in range(AA_RUNS):
         failed = False
         for setting in GRID:
+            prompt_ids = chosen[setting]
             oracle = ProbabilityOracle(RouteScorer(handle, prompt_ids, vocab=vocab), setting)
             result = run_check(baseline=RouteArm(handle, prompt_ids, tokens=TOKENS),
-                               candidate=RouteArm(handle, prompt_ids, tokens=TOKENS), prompts=len(chosen),
+                               candidate=RouteArm(handle, prompt_ids, tokens=TOKENS), prompts=prompts,
                                setting=setting, budget=budget, alpha=setting_alpha(ALPHA), seed=run, oracle=oracle,
                                plan=PLAN)
             failed |= result.failed

@@ -111,6 +111,8 @@ def test_budgets():
     assert batched.levels == (8, 32) and batched.mixing_requests == BATCHED_DEFAULT["mixing_requests"] == 640
     serial = budget_for(batched=False, levels=(1, 8, 32), stress_requests=None)
     assert serial.mixing_requests == SERIAL_DEFAULT["mixing_requests"] and serial.batch(32) == 4
+    assert serial.levels == (8,), "a serialising route's concurrency is nominal: one level"
+    assert budget_for(batched=False, levels=(1, 8, 32), stress_requests=50).levels == (8, 32)
     scaled = budget_for(batched=True, levels=(8,), stress_requests=2000)
     assert scaled.mixing_requests == 2000 and "--stress-requests 2000" in scaled.describe()
     assert budget_for(batched=True, levels=(1,), stress_requests=None).levels == ()

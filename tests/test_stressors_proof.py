@@ -132,12 +132,20 @@ def test_correct_reference_engine_passes_every_stressor(tmp_path):
     assert not [f for f in report["findings"] if f["severity"] in ("bug", "error")]
 
 
+def test_route_suite_fails_a_kv_slot_swap_engine(tmp_path):
+    done, report = route_suite(tmp_path, "reference:?fault=kv_slot_swap&mix_rate=0.1", "-k", "mixing",
+                               "--stress-requests", "100", "--concurrency", "1,8")
+    assert done.returncode == 1, done.stdout[-3000:]
+    bugs = [f for f in report["findings"] if f["check"] == "mixing" and f["severity"] == "bug"]
+    assert bugs and any("beyond a near-tie" in f["title"] or "mixing" in f["title"] for f in bugs), bugs
+
+
 def test_route_suite_fails_a_mixing_engine_with_matrix_and_repro(tmp_path):
     done, report = route_suite(tmp_path, "reference:?fault=cross_context_mixing&mix_rate=0.1", "-k", "mixing",
                                "--stress-requests", "160", "--concurrency", "1,8")
     assert done.returncode == 1, done.stdout[-3000:]
-    (bug,) = [f for f in report["findings"] if f["check"] == "mixing" and f["severity"] == "bug"]
-    assert "cross-request mixing" in bug["title"] and bug["details"]["contamination_matrix"]
+    (bug,) = [f for f in report["findings"] if f["check"] == "mixing" and "cross-request mixing" in f["title"]]
+    assert bug["severity"] == "bug" and bug["details"]["contamination_matrix"]
     assert bug["details"]["requests_checked"] == 160
     compile(bug["details"]["replay"]["script"], "replay.py", "exec")
     assert "fault=cross_context_mixing" in bug["details"]["replay"]["script"]

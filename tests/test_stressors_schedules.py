@@ -20,7 +20,7 @@ from stressors.canary import build_workload, serial_references
 from stressors.driver import drive
 from stressors.mixing import detect
 from stressors.replay import replay_script, route_uri
-from stressors.schedules import Schedule, Step, schedules, shrink, window_schedule
+from stressors.schedules import Schedule, Step, batch_mixes, schedules, shrink, window_schedule
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute, oracle_answer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +51,17 @@ def test_a_correct_route_passes_any_schedule(schedule):
     result = run(OracleRoute(latency_s=0.002), schedule)
     assert result.max_in_flight <= schedule.concurrency
     assert not detect(workload=WORKLOAD, references=REFS, outcomes=result.outcomes).mismatches
+
+
+def test_hypothesis_shrinks_a_failing_batch_mix_to_a_pair():
+    def breaks_needle(mix):
+        schedule = Schedule(steps=tuple(Step(i) for i in (0, *mix)), concurrency=len(mix) + 1)
+        return mixes(schedule)
+
+    minimal = find(batch_mixes(pool_size=len(WORKLOAD.items), max_batch=6), breaks_needle,
+                   settings=settings(max_examples=200, deadline=None, database=None,
+                                     suppress_health_check=list(HealthCheck)))
+    assert len(minimal) == 1 and minimal[0] != 0, minimal
 
 
 def test_hypothesis_shrinks_a_mixing_failure_to_two_concurrent_requests():

