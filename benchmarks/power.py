@@ -33,9 +33,9 @@ from fixtures.routes.synthetic import FAULTS, SyntheticModel
 
 ALPHA, POWER, DESIGN_TV = 0.01, 0.9, 0.05
 PLAN = SequentialPlan()
-# Where each fault acts: at T=1 with no top-p there is no temperature to ignore and no top-p to apply.
+# Where each fault acts: at T=1 there is no temperature to ignore; top-p exists only at the T=0.7 point.
 ACTIVE = {"residual_from_p": GRID, "bonus_from_q": GRID, "soft_q_for_argmax_draft": GRID,
-          "draft_temperature_ignored": GRID[1:], "top_p_one_side": GRID[1:]}
+          "draft_temperature_ignored": GRID[1:], "top_p_one_side": GRID[1:2]}
 
 
 @dataclass

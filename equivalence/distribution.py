@@ -28,8 +28,12 @@ from equivalence.stats.warp import SamplingSetting
 from fixtures.routes.base import Request
 from fixtures.routes.errors import RouteError
 
-# The sampling grid: plain sampling, and the truncated setting where top-k/top-p bugs live.
-GRID = (SamplingSetting("T1.0", 1.0), SamplingSetting("T0.7-p0.9-k50", 0.7, top_p=0.9, top_k=50))
+# The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
+# temperature, where temperature-handling bugs are largest and a sharp model still has entropy to
+# show (on the embedded pair, "draft ignores temperature" moves 6-15% TV per prompt at T=1.5 and
+# 1-5% at T=0.7).
+GRID = (SamplingSetting("T1.0", 1.0), SamplingSetting("T0.7-p0.9-k50", 0.7, top_p=0.9, top_k=50),
+        SamplingSetting("T1.5", 1.5))
 POWER = 0.9
 DEFAULT_DRAFT_TOKENS = 4  # when the candidate does not say: vLLM's and transformers' usual k
 # Prompts per run. Fast routes (batched or concurrent): 20 prompts x ~970 samples per arm see a 5%

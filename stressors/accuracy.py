@@ -18,7 +18,7 @@ from scipy.stats import fisher_exact
 from fixtures.routes.base import Completion
 from stressors.canary import Workload, answer_correct
 from stressors.driver import Outcome
-from stressors.mixing import Attribution, attribute
+from stressors.mixing import Attribution, attribute, reliable_canaries
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ def flips(*, workload: Workload, serial: Mapping[str, Completion], outcomes: Ite
     """Outputs wrong under load whose serial answer was right, each attributed like a mixing mismatch."""
     outcomes = list(outcomes)
     found = []
+    canaries = reliable_canaries(workload, references)
     for outcome in outcomes:
         if not outcome.ok or outcome.key not in serial:
             continue
@@ -97,5 +98,5 @@ def flips(*, workload: Workload, serial: Mapping[str, Completion], outcomes: Ite
                           serial_text=serial[outcome.key].text, load_text=outcome.completion.text,
                           attribution=attribute(victim_request=outcome.request_id, victim_key=outcome.key,
                                                 output=outcome.completion, workload=workload,
-                                                references=references, window=window)))
+                                                references=references, window=window, canaries=canaries)))
     return found

@@ -2,7 +2,8 @@
 
 Why: a wrong answer under load is only actionable when we can say which request leaked
 into which. Evidence, strongest first:
-1. foreign canary: the output states a fact that only another conversation contains;
+1. foreign canary: the output states a fact that only another conversation contains (and
+   that the route never says elsewhere on its own: a favourite hallucination is no canary);
 2. foreign answer: the output is another request's serial reference token for token, or
    closer to it than to its own, similar (at most half its tokens edited) and explaining
    it (at least half of the output's tokens that its own reference lacks occur in the
@@ -154,9 +155,25 @@ def covered(part: Sequence[int], reference: Sequence[int]) -> float:
     return hits / len(part)
 
 
+def reliable_canaries(workload: Workload, references: Mapping[str, Completion]) -> dict[str, str]:
+    """canary value -> owner, without values the route also says where they were never stated.
+
+    A value that shows up in another item's serial reference (a hallucination the model is drawn
+    to, such as a favourite lucky number) names no source when it shows up under load.
+    """
+    owners = canary_owners(workload)
+    return {value: owner for value, owner in owners.items()
+            if not any(key != owner and mentions(ref.text, value) for key, ref in references.items())}
+
+
 def attribute(*, victim_request: str, victim_key: str, output: Completion, workload: Workload,
-              references: Mapping[str, Completion], window: Sequence[Outcome] = ()) -> Attribution:
-    """Explain one mismatching output; `window` are the outcomes that overlapped it in time."""
+              references: Mapping[str, Completion], window: Sequence[Outcome] = (),
+              canaries: Mapping[str, str] | None = None) -> Attribution:
+    """Explain one mismatching output; `window` are the outcomes that overlapped it in time.
+
+    `canaries` (value -> owner) defaults to `reliable_canaries(workload, references)`; pass it when
+    attributing many outputs against the same references.
+    """
     own = references[victim_key]
     victim = workload.get(victim_key)
     in_flight: dict[str, list[str]] = {}
@@ -164,7 +181,7 @@ def attribute(*, victim_request: str, victim_key: str, output: Completion, workl
         if other.request_id != victim_request:
             in_flight.setdefault(other.key, []).append(other.request_id)
     own_distance = int(edit_distances(output.token_ids, [own.token_ids])[0])
-    owners = canary_owners(workload)
+    owners = reliable_canaries(workload, references) if canaries is None else canaries
     foreign = [(value, owner) for value, owner in owners.items()
                if owner != victim_key and value not in victim.prompt_text and value not in own.text
                and mentions(output.text, value)]
@@ -207,6 +224,7 @@ def detect(*, workload: Workload, references: Mapping[str, Completion], outcomes
     """Compare every completed, non-aborted outcome with its serial reference and attribute each mismatch."""
     checked = 0
     mismatches: list[Attribution] = []
+    canaries = reliable_canaries(workload, references)
     truncated = 0
     for outcome in outcomes:
         if not outcome.ok or outcome.key not in references:
@@ -221,7 +239,7 @@ def detect(*, workload: Workload, references: Mapping[str, Completion], outcomes
         window = [o for o in outcomes if o.overlaps(outcome)]
         mismatches.append(attribute(victim_request=outcome.request_id, victim_key=outcome.key,
                                     output=outcome.completion, workload=workload, references=references,
-                                    window=window))
+                                    window=window, canaries=canaries))
     return MixingReport(checked=checked, mismatches=tuple(mismatches), truncated=truncated)
 
 
@@ -249,7 +267,8 @@ def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequen
     out = []
     for att in report.mismatches:
         victim = workload.get(att.victim_key)
-        if att.method == FOREIGN_CANARY or victim.messages is None or spent >= max_probes:
+        settled = att.method == FOREIGN_CANARY and bool(att.source_requests_in_flight)
+        if settled or victim.messages is None or spent >= max_probes:
             out.append(att)
             continue
         got = by_id[att.victim_request]

@@ -6,7 +6,7 @@ far. A hypothesis with level a may be rejected at look k only if
     probability is <= a whatever the correlation between looks), and
   - it was already failing at look k-1 (p_{k-1} <= the screen level of look k-1): every rejection
     is confirmed by a look that adds fresh samples. Early looks screen at the next look's reporting
-    level (fail twice in a row); the half-budget look screens at `screen_factor` x the level (0.3
+    level (fail twice in a row); the half-budget look screens at `screen_factor` x the level (0.29
     for the gate at alpha 0.01), so the final look decides on all samples, as a fixed-n test would.
 At the half-budget look the run stops and passes when no hypothesis screens positive (futility):
 a correct route costs ~65% of the budget. A grossly wrong route fails at the 1/4 look.
@@ -31,19 +31,19 @@ import numpy as np
 class SequentialPlan:
     """Look schedule and level spending; `inflation` is the budget factor over the fixed-n bound.
 
-    Defaults chosen by simulation of the summed chi-square at the gate's level (tests/
-    test_stats_sequential.py re-checks them): with 1.1 x the fixed-n sample size at the final
-    look's level, power is 0.92 from 1 to 50 prompts, the mean sample used under a 5% shift is
-    1.18-1.21 x the STATISTICS.md bound (at most 1.25 x), and a correct route stops at ~65%.
-    `screen_factor` 75 puts the gate's half-budget screen at p <= 0.3 (level 0.004); a looser screen
-    buys little power for more samples on correct routes (125: +1.5% power, +10% samples).
+    Defaults chosen by simulating the summed chi-square at the gate's level (alpha .01 over three
+    grid settings x gate weight .8 = .0027; tests/test_stats_sequential.py re-checks them): with
+    1.07 x the fixed-n sample size at the final look's level, power is 0.90-0.92 from 1 to 20 prompts,
+    the mean sample used under a 5% shift is 1.18-1.24 x the STATISTICS.md bound (alpha .01, one
+    test) and at most 1.27 x, and a correct route stops at ~65% of the budget. `screen_factor` 110
+    puts the gate's half-budget screen at p <= 0.29; 75 (p <= .2) loses ~2% power.
     """
 
     looks: tuple[float, ...] = (1 / 8, 1 / 4, 1 / 2, 1.0)
     spend: tuple[float, ...] = (0.0, 0.01, 0.04, 0.95)
     screen_look: int = 2
-    screen_factor: float = 75.0
-    inflation: float = 1.1
+    screen_factor: float = 110.0
+    inflation: float = 1.07
 
     def __post_init__(self) -> None:
         if len(self.looks) != len(self.spend) or abs(sum(self.spend) - 1.0) > 1e-9:
