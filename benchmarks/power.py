@@ -3,7 +3,7 @@
     python -m benchmarks.power [--synthetic-runs 100] [--reference-runs 3] [--skip-reference]
 
 Every row runs `equivalence.distribution.run_check` itself (the sequential plan, every family,
-weighted Holm) at a budget planned for a 5% TV shift (alpha 0.01 over two grid settings, power
+weighted Holm) at a budget planned for a 5% TV shift (alpha 0.01 over the three grid settings, power
 0.9). Columns:
 - TV shift: the shift in total variation per prompt. Synthetic knob rows: exact, by construction.
   Fault rows: the "equivalent TV" of the observed gate statistic, sqrt((X^2 - df) / (2 n P)), i.e.

@@ -318,6 +318,40 @@ def position_entropies(oracle: ProbabilityOracle, prompt: int, depth: int) -> li
     return out
 
 
+@dataclass(frozen=True)
+class RoutePlan:
+    """What one setting's run samples: which prompts, how many tokens and samples, and what is scored."""
+
+    prompt_ids: list[tuple[int, ...]]
+    prompt_names: list[str]
+    tokens: int
+    serial: bool
+    budget: Budget
+    scorer: "RouteScorer | None"
+
+
+def plan_route_run(*, baseline, candidate, records, tokenizer, suite_config, setting: SamplingSetting,
+                   plan: SequentialPlan) -> RoutePlan:
+    """Route speed decides prompts and tokens; the baseline's scores (when it gives the whole vocabulary)
+    choose the prompts and enable the score-based families; the planner sizes the budget."""
+    from fixtures.prompts.encode import encode_prompt
+    all_ids = [encode_prompt(tokenizer, r.text) for r in records]
+    serial = RouteArm(candidate, all_ids[:1], tokens=1).serial or RouteArm(baseline, all_ids[:1], tokens=1).serial
+    tokens = sample_tokens(candidate.spec, serial=serial)
+    scorer = RouteScorer(baseline, all_ids, vocab=len(tokenizer)) if baseline.capabilities.prompt_logprobs else None
+    if scorer is not None and not scorer.full_vocabulary():
+        scorer = None  # the score-based families need the whole distribution; the gate does not
+    selector = ProbabilityOracle(scorer, setting) if scorer else None
+    count = min(len(records), SERIAL_PROMPTS if serial else FAST_PROMPTS)
+    chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(records))] if selector else None,
+                            count, categories=[r.category for r in records])
+    prompt_ids = [all_ids[i] for i in chosen]
+    return RoutePlan(prompt_ids=prompt_ids, prompt_names=[records[i].id for i in chosen], tokens=tokens, serial=serial,
+                     budget=plan_for(suite_config=suite_config, serial=serial, prompts=len(chosen), tokens=tokens,
+                                     plan=plan),
+                     scorer=RouteScorer(baseline, prompt_ids, vocab=len(tokenizer)) if scorer else None)
+
+
 def select_prompts(scores: Sequence[Sequence[float]] | None, count: int, *,
                    categories: Sequence[str] | None = None) -> list[int]:
     """Prompts chosen so that every sampled position is visible in some prompt, informative ones first.
@@ -353,11 +387,18 @@ def select_prompts(scores: Sequence[Sequence[float]] | None, count: int, *,
     return (chosen + rest)[:count]
 
 
+# Route-suite arguments under which every statistical fault of the reference engine is caught on the
+# embedded pair (measured: ~2-4 min per fault on 2 loaded cores). The whole prompt set, because the
+# faults show only where the sharp tiny target leaves entropy (6 of 70 prompts in the first 5 tokens at
+# T=0.7/top-p 0.9); TV 0.1, because per prompt they move 6-20% (draft_temperature_ignored: at T=1.5);
+# T=1.0 is skipped because none of these faults is visible only there.
+MUTATION_ARGS = ("-k", "not T1.0", "--prompt-limit", "14", "--detect-tv", "0.1")
+
+
 def distribution_mutation_cases() -> list[dict]:
-    """Rows for the mutation harness (tests/mutation.py): each statistical fault of the reference engine
-    and the distribution test that must catch it, with the budget flags that make it catchable."""
+    """Rows for the mutation harness (tests/mutation.py): each statistical fault of the reference engine,
+    the check family that must catch it, and the route-suite arguments it is caught at."""
     faults = ("residual_from_p", "bonus_from_q", "soft_q_for_argmax_draft", "draft_temperature_ignored",
               "top_p_one_side")
     return [{"fault": f, "candidate": f"reference:?fault={f}", "catcher": "distribution",
-             "select": "equivalence/test_distribution.py", "args": ["--detect-tv", "0.05"]} for f in faults]
-
+             "paths": ["equivalence/test_distribution.py"], "args": list(MUTATION_ARGS)} for f in faults]

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from equivalence.distribution import (FAST_PROMPTS, GRID, SERIAL_PROMPTS, RouteArm, RouteScorer, plan_for,
-                                      position_entropies, run_check, sample_tokens, select_prompts, setting_alpha)
+from equivalence.distribution import GRID, RouteArm, plan_route_run, run_check, setting_alpha
 from equivalence.stats.families import GATE
 from equivalence.stats.oracle import ProbabilityOracle
 from equivalence.stats.sequential import SequentialPlan
 from equivalence.stats.warp import SamplingSetting
-from fixtures.prompts.encode import encode_prompt
 from fixtures.prompts.records import load_prompt_set
 from reports.findings import Finding
 
@@ -41,25 +39,13 @@ def _records(suite_config):
 
 @pytest.mark.parametrize("setting", GRID, ids=[s.name for s in GRID])
 def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, tokenizer, suite_config, findings):
-    records = _records(suite_config)
-    all_ids = [encode_prompt(tokenizer, r.text) for r in records]
-    serial = RouteArm(candidate, all_ids[:1], tokens=1).serial or RouteArm(baseline, all_ids[:1], tokens=1).serial
-    tokens = sample_tokens(candidate.spec, serial=serial)
-    scorer = RouteScorer(baseline, all_ids, vocab=len(tokenizer)) if baseline.capabilities.prompt_logprobs else None
-    if scorer is not None and not scorer.full_vocabulary():
-        scorer = None  # the score-based families need the whole distribution; the gate does not
-    selector = ProbabilityOracle(scorer, setting) if scorer else None
-    count = min(len(records), SERIAL_PROMPTS if serial else FAST_PROMPTS)
-    chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(records))] if selector else None,
-                            count, categories=[r.category for r in records])
-    prompt_ids = [all_ids[i] for i in chosen]
-    prompt_names = [records[i].id for i in chosen]
-    budget = plan_for(suite_config=suite_config, serial=serial, prompts=len(chosen), tokens=tokens, plan=PLAN)
-    oracle = ProbabilityOracle(RouteScorer(baseline, prompt_ids, vocab=len(tokenizer)), setting) if scorer else None
-    result = run_check(baseline=RouteArm(baseline, prompt_ids, tokens=tokens),
-                       candidate=RouteArm(candidate, prompt_ids, tokens=tokens), prompts=len(chosen),
+    run = plan_route_run(baseline=baseline, candidate=candidate, records=_records(suite_config), tokenizer=tokenizer,
+                         suite_config=suite_config, setting=setting, plan=PLAN)
+    budget, prompt_names = run.budget, run.prompt_names
+    result = run_check(baseline=RouteArm(baseline, run.prompt_ids, tokens=run.tokens),
+                       candidate=RouteArm(candidate, run.prompt_ids, tokens=run.tokens), prompts=len(run.prompt_ids),
                        setting=setting, budget=budget, alpha=setting_alpha(suite_config.alpha), seed=suite_config.seed,
-                       oracle=oracle, plan=PLAN)
+                       oracle=ProbabilityOracle(run.scorer, setting) if run.scorer else None, plan=PLAN)
 
     families = {name: result.family_report(name) for name in result.hypotheses}
     for name, report in families.items():
@@ -69,9 +55,16 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
         "samples_used_per_arm_per_prompt": result.samples_used, "look_sizes": list(result.look_sizes),
         "stopped": result.stopped, "alpha_this_setting": result.alpha, "seed": suite_config.seed,
         "min_detectable_tv": budget.min_detectable_tv, "min_detectable_tv_note": BUDGET_NOTE,
-        "score_based_families": scorer is not None,
+        "score_based_families": run.scorer is not None, "serial_route": run.serial,
     }
     findings.measure("distribution_budget", **summary)
+    inconsistent = result.evidence.baseline_inconsistent
+    if inconsistent:
+        findings.add(Finding(
+            check="distribution", severity="warning", route=baseline.name,
+            title=(f"{setting.name}: the baseline's own samples do not follow the requested sampling parameters "
+                   f"({', '.join(sorted(inconsistent))}); score-based families not evaluated (e.g. an implicit top-k)"),
+            details={**summary, "baseline_pvalues": inconsistent}))
     if not result.failed:
         findings.add(Finding(
             check="distribution", severity="info", route=candidate.name,

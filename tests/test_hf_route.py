@@ -79,3 +79,20 @@ def test_prompt_lookup_route_is_speculative(math_prompt):
     out = asyncio.run(route.generate(Request(prompt_ids=math_prompt, max_tokens=20)))
     inventory = asyncio.run(route.inventory())
     assert out.token_ids and inventory.speculation["method"] == "prompt_lookup"
+
+
+def test_sampling_without_top_k_keeps_the_whole_vocabulary(ar, math_prompt):
+    """Regression: a request without top_k must not be cut to transformers' default top-50."""
+    import torch
+    with torch.inference_mode():
+        logits = ar.model(torch.tensor([list(math_prompt)])).logits[0, -1]
+    probs = torch.softmax(logits / 3.0, dim=-1)
+    top50 = set(torch.topk(probs, 50).indices.tolist())
+    tail_mass = 1.0 - float(probs[list(top50)].sum())
+    assert tail_mass > 0.05, "the check needs a prompt with real mass outside the top 50"
+    n = 300
+    outs = [asyncio.run(ar.generate(Request(prompt_ids=math_prompt, max_tokens=1, temperature=3.0, seed=i)))
+            for i in range(n)]
+    outside = sum(o.token_ids[0] not in top50 for o in outs)
+    # Binomial(n, tail_mass): more than 4 standard deviations below the mean means truncation.
+    assert outside >= n * tail_mass - 4 * (n * tail_mass * (1 - tail_mass)) ** 0.5, (outside, tail_mass)

@@ -1,6 +1,6 @@
 """The whole distribution check, end to end on the synthetic sampler: false alarms <= alpha, power >= 0.9.
 
-These run `equivalence.distribution.run_check` itself (every family, both grid settings, the
+These run `equivalence.distribution.run_check` itself (every family, every grid setting, the
 sequential plan, weighted Holm), on the vectorised synthetic sampler so hundreds of runs fit in
 a minute. Seeds are fixed: the counts are reproducible, and the bounds leave binomial room.
 """
@@ -89,3 +89,21 @@ def test_every_statistical_fault_is_caught_at_the_default_budget(fault):
     candidate = model.speculative_arm("candidate", tokens=budget.tokens, fault=fault)
     caught = [_route_fails(model, baseline, candidate, budget=budget, seed=run, scored=False)[0] for run in range(10)]
     assert all(caught)
+
+
+def test_a_baseline_that_ignores_its_own_parameters_disables_the_score_based_families():
+    """Both arms sample the same distribution, 15% TV away from what the baseline's scores say (an
+    implicit top-k, say): the candidate is not at fault, so the verdict must not fail it; the check
+    names the baseline instead. A baseline that follows its scores is never flagged (A/A above)."""
+    model = SyntheticModel(prompts=4, vocab=32, concentration=0.1)
+    budget = _budget(detect_tv=0.1, prompts=4)
+    skewed = dict(tokens=budget.tokens, shift=0.15, shift_seed=7)
+    result = run_check(baseline=model.arm("baseline", **skewed), candidate=model.arm("candidate", **skewed),
+                       prompts=4, setting=GRID[0], budget=budget, alpha=setting_alpha(ALPHA), seed=3, plan=PLAN,
+                       oracle=ProbabilityOracle(model, GRID[0]))
+    assert result.evidence.baseline_inconsistent, "the baseline's departure from its own scores went unseen"
+    assert not result.failed
+    honest = run_check(baseline=model.arm("baseline", tokens=budget.tokens),
+                       candidate=model.arm("candidate", **skewed), prompts=4, setting=GRID[0], budget=budget,
+                       alpha=setting_alpha(ALPHA), seed=3, plan=PLAN, oracle=ProbabilityOracle(model, GRID[0]))
+    assert not honest.evidence.baseline_inconsistent and honest.failed

@@ -349,7 +349,7 @@ def _write_run(root: Path, *, tests, findings, complete=True, servers=True) -> P
         profile = {"drafts": 10, "mean_acceptance_length": 2.0, "per_position_acceptance_rate": [0.5],
                    "invariants_hold": True}
         (run / "vllm-servers.json").write_text(json.dumps({"speculative_routes": ["ngram"], "routes": {
-            "ngram": {"inventory": {"engine": "vllm"}, "acceptance": profile}}}))
+            "ngram": {"inventory": {"engine": "vllm", "version": "0.32.0"}, "acceptance": profile}}}))
     return run
 
 

@@ -35,6 +35,9 @@ GATE_WEIGHT = 0.8
 GOF_MIN_COUNT = MIN_POOLED_COUNT
 # BH level for naming the prompts that carry a rejection (a pointer, not a verdict).
 POINTER_FDR = 0.1
+# The baseline's own samples must pass each score-based family at this level for that family to be
+# trusted on the candidate: a baseline warning on a correct engine has probability ~5 x .001 per run.
+BASELINE_CHECK_LEVEL = 0.001
 
 
 def family_weights(*, scored: bool) -> dict[str, float]:
@@ -61,8 +64,35 @@ class ArmSamples:
         return [s for s, k in zip(self.sequences, self.looks) if k >= look]
 
 
+class TokenStats:
+    """One arm's randomised PIT values and z-test sums, judged against the baseline's probabilities."""
+
+    def __init__(self) -> None:
+        self.pit: list[float] = []
+        self.ztests = TokenZTests()
+
+    def add(self, oracle: ProbabilityOracle, prompt: int, sequences: Sequence[Sequence[int]],
+            rng: np.random.Generator) -> None:
+        # Work per distinct (prefix, token) pair, weighted by its count: samples repeat a lot.
+        pairs: Counter[tuple[tuple[int, ...], int]] = Counter()
+        for seq, count in Counter(tuple(s) for s in sequences).items():
+            for t, token in enumerate(seq):
+                pairs[(seq[:t], token)] += count
+        for (prefix, token), count in pairs.items():
+            summary = oracle.summary(prompt, prefix)
+            self.ztests.add(summary, token, count=count)
+            self.pit.extend(summary.mass_before[token] + rng.random(count) * summary.probs[token])
+
+
 class Evidence:
-    """Both arms' samples of every prompt of one setting, and the candidate's per-token statistics."""
+    """Both arms' samples of every prompt of one setting, and both arms' per-token statistics.
+
+    The score-based families assume the baseline samples exactly the processed distribution computed
+    from its logprobs (temperature, top-k, top-p as the Request says). The baseline's own samples test
+    that assumption, independently of the candidate's: when they fail it at BASELINE_CHECK_LEVEL, the
+    score-based families are not evaluated (p = 1) and `baseline_inconsistent` names what failed,
+    since a candidate that matches such a baseline would be flagged for the baseline's fault.
+    """
 
     def __init__(self, *, prompts: int, tokens: int, oracle: ProbabilityOracle | None, rng: np.random.Generator):
         self.tokens = tokens
@@ -70,8 +100,9 @@ class Evidence:
         self.rng = rng
         self.baseline = [ArmSamples() for _ in range(prompts)]
         self.candidate = [ArmSamples() for _ in range(prompts)]
-        self.pit: list[float] = []
-        self.ztests = TokenZTests()
+        self.candidate_tokens = TokenStats()
+        self.baseline_tokens = TokenStats()
+        self.baseline_inconsistent: dict[str, float] = {}
         self._logliks: dict[tuple[int, tuple[int, ...]], float] = {}
 
     def add(self, prompt: int, look: int, baseline: Sequence[Sequence[int]], candidate: Sequence[Sequence[int]]) -> None:
@@ -83,15 +114,8 @@ class Evidence:
         if self.oracle is None:
             return
         self.oracle.ensure(prompt, [*candidate, *baseline])
-        # Work per distinct (prefix, token) pair, weighted by its count: samples repeat a lot.
-        pairs: Counter[tuple[tuple[int, ...], int]] = Counter()
-        for seq, count in Counter(tuple(s) for s in candidate).items():
-            for t, token in enumerate(seq):
-                pairs[(seq[:t], token)] += count
-        for (prefix, token), count in pairs.items():
-            summary = self.oracle.summary(prompt, prefix)
-            self.ztests.add(summary, token, count=count)
-            self.pit.extend(summary.mass_before[token] + self.rng.random(count) * summary.probs[token])
+        self.candidate_tokens.add(self.oracle, prompt, candidate, self.rng)
+        self.baseline_tokens.add(self.oracle, prompt, baseline, self.rng)
         cand.logliks += [self._loglik(prompt, tuple(s)) for s in candidate]
         base.logliks += [self._loglik(prompt, tuple(s)) for s in baseline]
 
@@ -128,19 +152,32 @@ class Evidence:
         return out
 
     def _scored(self) -> dict[str, FamilyResult]:
-        oracle = self.oracle
-        counts, probs = [], []
-        for prompt, (b, c) in enumerate(zip(self.baseline, self.candidate)):
-            part = build_partition(b.sequences, max_depth=self.tokens, min_count=GOF_MIN_COUNT, max_cells=MAX_CELLS)
-            oracle.ensure(prompt, [node for node, _, _ in part.nodes if node])
-            probs.append(part.probabilities(lambda leaf, p=prompt: oracle.prefix_prob(p, leaf)))
-            counts.append(part.counts(c.sequences))
-        gof = goodness_of_fit(counts, probs)
-        uniform = uniformity(self.pit)
-        top1, loglik = self.ztests.top1.result(), self.ztests.loglik.result()
         ll_stat, ll_p = loglik_ks([x for b in self.baseline for x in b.logliks],
                                   [x for c in self.candidate for x in c.logliks], rng=self.rng)
-        violations = {"support_violations": self.ztests.support_violations}
+        out = {"loglik_two_sample": FamilyResult(ll_p, {"statistic": ll_stat})}
+        check = self._against_probabilities(self.baseline_tokens, tested=self.baseline, bins_from=self.candidate)
+        self.baseline_inconsistent = {name: r.pvalue for name, r in check.items() if r.pvalue <= BASELINE_CHECK_LEVEL}
+        tested = self._against_probabilities(self.candidate_tokens, tested=self.candidate, bins_from=self.baseline)
+        if self.baseline_inconsistent:
+            note = {"not_evaluated": "the baseline's own samples fail this family",
+                    "baseline_pvalues": self.baseline_inconsistent}
+            tested = {name: FamilyResult(1.0, {**r.details, **note}) for name, r in tested.items()}
+        return {**out, **tested}
+
+    def _against_probabilities(self, tokens: TokenStats, *, tested: list[ArmSamples],
+                               bins_from: list[ArmSamples]) -> dict[str, FamilyResult]:
+        """One arm's samples against the baseline's exact probabilities; GoF bins come from the other arm."""
+        oracle = self.oracle
+        counts, probs = [], []
+        for prompt, (ref, arm) in enumerate(zip(bins_from, tested)):
+            part = build_partition(ref.sequences, max_depth=self.tokens, min_count=GOF_MIN_COUNT, max_cells=MAX_CELLS)
+            oracle.ensure(prompt, [node for node, _, _ in part.nodes if node])
+            probs.append(part.probabilities(lambda prefix, p=prompt: oracle.prefix_prob(p, prefix)))
+            counts.append(part.counts(arm.sequences))
+        gof = goodness_of_fit(counts, probs)
+        uniform = uniformity(tokens.pit)
+        top1, loglik = tokens.ztests.top1.result(), tokens.ztests.loglik.result()
+        violations = {"support_violations": tokens.ztests.support_violations}
         return {
             "goodness_of_fit": FamilyResult(gof.pvalue, {"statistic": gof.statistic, "df": gof.df}),
             "pit_ks": FamilyResult(uniform.ks_pvalue, {"statistic": uniform.ks_statistic, "tokens": uniform.n,
@@ -151,7 +188,6 @@ class Evidence:
                                                     "expected": top1.expected, "tokens": top1.n}),
             "loglik_z": FamilyResult(loglik.pvalue, {"z": loglik.z, "observed": loglik.observed,
                                                      "expected": loglik.expected, "tokens": loglik.n}),
-            "loglik_two_sample": FamilyResult(ll_p, {"statistic": ll_stat}),
         }
 
     def prompt_report(self, *, decode: Callable[[Sequence[int]], str] | None, prompt_ids: Sequence[str],
