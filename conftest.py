@@ -5,6 +5,7 @@ the pytest config; fixtures hand its parts down. A bad value exits with code 4 n
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from reports.writer import write_run_folder
 
 CONFIG_KEY = SUITE_CONFIG_KEY
 COLLECTOR_KEY = pytest.StashKey[RunCollector]()
+SERVERS_KEY = pytest.StashKey[object]()   # fixtures.servers.ManagedServers | None, controller only
 RUN_ID_INPUT = "spec_suite_run_id"
 ROOT = Path(__file__).resolve().parent
 
@@ -112,6 +114,7 @@ def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
     yield session
     collector = pytestconfig.stash[COLLECTOR_KEY]
     for name, handle in session.built().items():
+        collector.worker_state.latency[name] = list(handle.route.samples)
         try:
             collector.worker_state.inventories[name] = handle.inventory().__dict__
             snapshot = handle.acceptance()
@@ -119,6 +122,8 @@ def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
                 collector.worker_state.acceptance[name] = {**snapshot.__dict__, "accepted_per_pos": list(snapshot.accepted_per_pos)}
         except (RouteError, OSError) as exc:
             collector.worker_state.notes.append(f"{name}: inventory unavailable: {exc}")
+    from fixtures.session import peak_rss_mib
+    collector.worker_state.memory["peak_rss_mib"] = peak_rss_mib()
     session.close()
 
 
@@ -175,6 +180,45 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     yield
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Controller only, before any worker starts: managed servers up once for the whole run, and the
+    HTTP routes' acceptance counters snapshotted (the run's profile is the difference at the end)."""
+    config = session.config
+    if getattr(config, "workerinput", None) is not None or config.option.collectonly:
+        return
+    from fixtures.servers import ServerError, start_managed_servers
+    suite = config.stash[CONFIG_KEY]
+    try:
+        config.stash[SERVERS_KEY] = start_managed_servers(suite.routes, suite.routes_file, log=_log)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"bad configuration: {exc}") from None
+    except ServerError as exc:  # the routes stay unreachable: every test turns that into a finding
+        config.stash[COLLECTOR_KEY].worker_state.notes.append(f"managed servers did not start: {exc}")
+        _log(f"spec-suite: managed servers did not start: {exc}")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _finish_servers(config: pytest.Config, collector: RunCollector) -> None:
+    """The run's server-side acceptance profile and launch settings, then stop what this run started."""
+    servers = config.stash.get(SERVERS_KEY, None)
+    if servers is None:
+        return
+    config.stash[SERVERS_KEY] = None
+    from fixtures.servers import server_memory
+    try:
+        collector.server_acceptance = servers.acceptance_delta()
+        collector.server_launch = servers.launch_info()
+        collector.server_memory = server_memory(servers.specs.values())
+    finally:
+        stopped = servers.release(_log)
+        if stopped:
+            collector.worker_state.notes.append(f"stopped the servers this run started: {', '.join(stopped)}")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     collector = session.config.stash.get(COLLECTOR_KEY, None)
     if collector is None:
@@ -183,11 +227,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if workeroutput is not None:
         workeroutput[WORKER_STATE_KEY] = collector.worker_state.to_json()
         return
+    _finish_servers(session.config, collector)
     if collector.active and not session.config.option.collectonly:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             collector.interrupted = True
         collector.worker_states = collector.worker_states or [collector.worker_state.__dict__]
         write_run_folder(collector)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Backstop: servers this run started are stopped even when the session never finished."""
+    servers = config.stash.get(SERVERS_KEY, None) if hasattr(config, "stash") else None
+    if servers is not None:
+        config.stash[SERVERS_KEY] = None
+        servers.release(_log)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -27,6 +27,7 @@ from equivalence.stats.sequential import SequentialHypothesis, SequentialPlan
 from equivalence.stats.warp import SamplingSetting
 from fixtures.routes.base import Request
 from fixtures.routes.errors import RouteError
+from fixtures.routes.timing import unwrap
 
 # The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
 # temperature, where temperature-handling bugs are largest and a sharp model still has entropy to
@@ -159,6 +160,7 @@ def _request(prompt_ids: Sequence[int], setting: SamplingSetting, tokens: int, s
 def _plain_hf(route) -> bool:
     """An in-process transformers AR route we may batch (never a wrapper, which could alter outputs)."""
     from fixtures.routes.hf import HFRoute
+    route = unwrap(route)
     return type(route) is HFRoute and not route.speculative
 
 
@@ -186,7 +188,7 @@ class RouteArm:
         if self._sample_n is not None:
             return [tuple(s) for s in self.handle.run(self._sample_n(base, n))]
         if self._batched_hf:
-            return _hf_sample_batch(self.handle.route, base, n, seed)
+            return _hf_sample_batch(unwrap(self.handle.route), base, n, seed)
         seeds = np.random.SeedSequence(seed).generate_state(n, np.uint64) & np.uint64(MAX_SEED)
         reqs = [replace(base, seed=int(s) if base.seed is not None else None, request_id=f"{tag}-{i}")
                 for i, s in enumerate(seeds)]
@@ -227,7 +229,7 @@ class RouteScorer:
         self.prompt_ids = [tuple(p) for p in prompt_ids]
         self.vocab = vocab
         self._score_many = getattr(handle.route, "score_many", None)
-        self._batched_hf = type(handle.route).__name__ == "HFRoute"
+        self._batched_hf = type(unwrap(handle.route)).__name__ == "HFRoute"
 
     def score_many(self, prompt: int, continuations: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
         ids = self.prompt_ids[prompt]
@@ -235,7 +237,7 @@ class RouteScorer:
             scored = self.handle.run(self._score_many(ids, list(continuations), self.vocab))
             return [np.stack([rows_from_top(t.top, self.vocab) for t in seq]) for seq in scored]
         if self._batched_hf:
-            return _hf_score_batch(self.handle.route, ids, continuations)
+            return _hf_score_batch(unwrap(self.handle.route), ids, continuations)
         rows = []
         for cont in continuations:
             scored = self.handle.score(ids, cont, self.vocab)
@@ -385,20 +387,3 @@ def select_prompts(scores: Sequence[Sequence[float]] | None, count: int, *,
             break
     rest = sorted((i for i in range(len(scores)) if i not in chosen), key=lambda i: -sum(scores[i]))
     return (chosen + rest)[:count]
-
-
-# Route-suite arguments under which every statistical fault of the reference engine is caught on the
-# embedded pair (measured: ~2-4 min per fault on 2 loaded cores). The whole prompt set, because the
-# faults show only where the sharp tiny target leaves entropy (6 of 70 prompts in the first 5 tokens at
-# T=0.7/top-p 0.9); TV 0.1, because per prompt they move 6-20% (draft_temperature_ignored: at T=1.5);
-# T=1.0 is skipped because none of these faults is visible only there.
-MUTATION_ARGS = ("-k", "not T1.0", "--prompt-limit", "14", "--detect-tv", "0.1")
-
-
-def distribution_mutation_cases() -> list[dict]:
-    """Rows for the mutation harness (tests/mutation.py): each statistical fault of the reference engine,
-    the check family that must catch it, and the route-suite arguments it is caught at."""
-    faults = ("residual_from_p", "bonus_from_q", "soft_q_for_argmax_draft", "draft_temperature_ignored",
-              "top_p_one_side")
-    return [{"fault": f, "candidate": f"reference:?fault={f}", "catcher": "distribution",
-             "paths": ["equivalence/test_distribution.py"], "args": list(MUTATION_ARGS)} for f in faults]

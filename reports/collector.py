@@ -51,6 +51,8 @@ class WorkerState:
     findings_recorded: int = 0
     inventories: dict[str, Any] = field(default_factory=dict)
     acceptance: dict[str, Any] = field(default_factory=dict)
+    latency: dict[str, list] = field(default_factory=dict)   # route -> [(seconds, tokens)] of its requests
+    memory: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -82,6 +84,11 @@ class RunCollector:
         self.interrupted = False
         self.crashed_workers: list[str] = []
         self.active = False
+        # Server routes (controller only): their /metrics counters are shared by every worker, so the
+        # run's profile is one before/after difference, and managed servers' launch settings.
+        self.server_acceptance: dict[str, Any] = {}
+        self.server_launch: dict[str, Any] = {}
+        self.server_memory: dict[str, Any] = {}
 
     # worker half -------------------------------------------------------------
     def record(self, item: pytest.Item, finding: Finding) -> None:

@@ -72,9 +72,15 @@ def _charts(report: dict[str, Any]) -> list[str]:
                 if isinstance(m.get("p_value"), (int, float))]
     if p_values:
         charts.append(qq_uniform(p_values, title=f"p-values of {len(p_values)} statistical tests vs uniform"))
-    for matrix in report.get("measurements", {}).get("contamination", []):
-        charts.append(heatmap(matrix.get("matrix", []), rows=matrix.get("sources", []),
-                              cols=matrix.get("victims", []), title="cross-request contamination"))
+    for finding in report["findings"]:
+        cells = finding.get("details", {}).get("contamination_matrix")
+        if cells:
+            sources = sorted({c["source"] for c in cells})
+            victims = sorted({c["victim"] for c in cells})
+            counts = {(c["source"], c["victim"]): c["count"] for c in cells}
+            charts.append(heatmap([[counts.get((s, v), 0) for v in victims] for s in sources], rows=sources,
+                                  cols=victims, title=f"{finding['route']}: cross-request contamination "
+                                                      f"(row: source, column: victim)"))
     if not charts:
         charts.append("<p>No plottable data in this run.</p>")
     return charts

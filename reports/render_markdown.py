@@ -20,6 +20,8 @@ def render_summary(report: dict[str, Any]) -> str:
         "",
         _routes_line(report),
         "",
+        *[f"> **Warning**: {w}" for w in report.get("warnings", [])],
+        *([""] if report.get("warnings") else []),
         "## Checks",
         "",
         "| check | passed | failed | errors | skipped (not verified) | expected fail |",
@@ -28,6 +30,7 @@ def render_summary(report: dict[str, Any]) -> str:
     for check, counts in report["checks"].items():
         lines.append(f"| {check} | {counts.get('passed', 0)} | {counts.get('failed', 0)} | {counts.get('error', 0)}"
                      f" | {counts.get('skipped', 0)} | {counts.get('xfailed', 0)} |")
+    lines += _speculation_table(report)
     if report.get("comparison"):
         lines += [""] + render_comparison(report["comparison"])
     lines += ["", f"## Findings ({len(report['findings'])})", ""]
@@ -47,9 +50,28 @@ def render_summary(report: dict[str, Any]) -> str:
     accounting = report["findings_accounting"]
     lines += ["", f"Findings recorded by workers: {accounting['recorded']}, received: {accounting['received']}.", ""]
     lines += _details("Acceptance profile", report.get("acceptance", {}))
-    lines += _details("Route inventory", report.get("inventories", {}))
+    lines += _details("Route inventory and baseline parity", {"inventories": report.get("inventories", {}),
+                                                              "parity": report.get("parity", [])})
+    lines += _details("Latency and memory (context, not a criterion)",
+                      {"latency": report.get("latency", {}), "memory": report.get("memory", {})})
     lines += _details("Configuration (secrets removed)", report.get("config", {}))
     return "\n".join(lines) + "\n"
+
+
+def _speculation_table(report: dict[str, Any]) -> list[str]:
+    """Did speculation really run, and how well did the drafter do (per candidate)."""
+    rows = report.get("speculation") or []
+    if not rows:
+        return []
+    lines = ["", "## Speculation", "", "| candidate | speculation | mean acceptance length | acceptance by position |"
+             " counter invariants |", "|---|---|---|---|---|"]
+    for row in rows:
+        acc = (report.get("acceptance") or {}).get(row["route"]) or {}
+        rates = ", ".join(f"{r:.2f}" for r in acc.get("per_position_acceptance_rate") or []) or "n/a"
+        invariants = {True: "hold", False: "BROKEN"}.get(acc.get("invariants_hold"), "n/a")
+        lines.append(f"| `{row['route']}` | {row['status']} | {acc.get('mean_acceptance_length') or 'n/a'} | "
+                     f"{rates} | {invariants} |")
+    return lines
 
 
 def _routes_line(report: dict[str, Any]) -> str:

@@ -2,8 +2,10 @@
 
 Tests put `details["repro"] = repro_block(...)` on a finding: the exact request(s), the
 expected tokens (baseline / serial reference) and what the candidate returned. For
-server routes the script is plain python + httpx (and a curl line); for in-process
-transformers routes it is plain transformers. API keys are read from the environment
+server routes the script is plain python + httpx (and a curl line); so is it for an
+in-process route (reference, hf) whose repro block carries the `base_url` it was served at
+(fixtures.servers.inprocess); otherwise in-process transformers routes get plain transformers.
+A concurrent set is replayed up to ATTEMPTS times, since mixing under load is intermittent. API keys are read from the environment
 variable the route names, never written into the script.
 """
 from __future__ import annotations
@@ -13,20 +15,29 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import urlencode
 
 from fixtures.routes.base import Request
 
 
 def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]] | None,
-                actual: Sequence[Sequence[int]] | None, concurrency: int = 1, note: str = "") -> dict[str, Any]:
-    """What a repro script needs to resend the failing request(s) and judge the answer."""
-    return {
+                actual: Sequence[Sequence[int]] | None, concurrency: int = 1, note: str = "",
+                base_url: str | None = None, model: str | None = None,
+                attempts: int | None = None) -> dict[str, Any]:
+    """What a repro script needs to resend the failing request(s) and judge the answer.
+
+    `base_url` / `model`: where an in-process route was served over HTTP (its repro is then
+    python + httpx); `attempts`: replays of the whole set (default 1, or 20 when concurrent).
+    """
+    block = {
         "requests": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()} for r in requests],
         "expected": [list(t) for t in expected] if expected is not None else None,
         "actual": [list(t) for t in actual] if actual is not None else None,
         "concurrency": concurrency,
         "note": note,
     }
+    extra = {"base_url": base_url, "model": model, "attempts": attempts}
+    return {**block, **{k: v for k, v in extra.items() if v is not None}}
 
 
 def _openai_payload(req: dict[str, Any], model: str) -> dict[str, Any]:
@@ -52,8 +63,10 @@ HTTP_TEMPLATE = '''#!/usr/bin/env python3
 """Repro for: {title}
 
 Route: {route_desc}
-Sends the exact request(s) {how} and compares the returned token ids with the expected ones.
-Needs only python3 and httpx (pip install httpx). Exit code 1 when the failure reproduces.
+Sends the exact request(s) {how} and compares the returned token ids with the expected ones,
+replaying the whole set up to ATTEMPTS times (a mixing failure under concurrency is intermittent).
+Needs only python3 and httpx (pip install httpx).
+Exit code 1 as soon as one replay reproduces the failure, 0 if none did, 2 if a request failed.
 """
 import asyncio, json, os, sys
 import httpx
@@ -63,6 +76,7 @@ API_KEY_ENV = {api_key_env!r}
 PAYLOADS = json.loads({payloads!r})
 EXPECTED = json.loads({expected!r})
 CONCURRENCY = {concurrency}
+ATTEMPTS = {attempts}
 
 
 async def send(client, payload):
@@ -72,26 +86,45 @@ async def send(client, payload):
     return choice.get("token_ids") or choice.get("output_ids") or []
 
 
-async def main():
-    headers = {{"Authorization": "Bearer " + os.environ[API_KEY_ENV]}} if API_KEY_ENV and API_KEY_ENV in os.environ else {{}}
+async def replay(client):
     gate = asyncio.Semaphore(CONCURRENCY)
-    async with httpx.AsyncClient(timeout=120, headers=headers) as client:
-        async def one(payload):
-            async with gate:
-                return await send(client, payload)
-        results = await asyncio.gather(*(one(p) for p in PAYLOADS))
+    async def one(payload):
+        async with gate:
+            return await send(client, payload)
+    return await asyncio.gather(*(one(p) for p in PAYLOADS))
+
+
+def compare(results, verbose):
     failures = 0
     for index, (got, want) in enumerate(zip(results, EXPECTED or [None] * len(results))):
         same = want is None or list(got) == list(want)
         failures += not same
-        print(f"request {{index}}: {{'OK' if same else 'MISMATCH'}}")
+        if verbose or not same:
+            print(f"request {{index}}: {{'OK' if same else 'MISMATCH'}}")
         if not same:
             split = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             print(f"  first difference at token {{split}}")
             print(f"  expected: {{want}}")
             print(f"  actual:   {{list(got)}}")
-    print(f"{{failures}} of {{len(results)}} requests differ from the expected tokens")
-    sys.exit(1 if failures else 0)
+    return failures
+
+
+async def main():
+    headers = {{"Authorization": "Bearer " + os.environ[API_KEY_ENV]}} if API_KEY_ENV and API_KEY_ENV in os.environ else {{}}
+    async with httpx.AsyncClient(timeout=120, headers=headers) as client:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                results = await replay(client)
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                print(f"attempt {{attempt}}: a request failed ({{type(exc).__name__}}: {{exc}}); nothing to compare")
+                sys.exit(2)
+            failures = compare(results, verbose=ATTEMPTS == 1)
+            print(f"attempt {{attempt}} of {{ATTEMPTS}}: {{failures}} of {{len(results)}} requests differ from the expected tokens")
+            if failures:
+                print(f"REPRODUCED on attempt {{attempt}}")
+                sys.exit(1)
+    print(f"not reproduced in {{ATTEMPTS}} attempt(s)")
+    sys.exit(0)
 
 
 asyncio.run(main())
@@ -126,9 +159,12 @@ if DRAFT:
 failures = 0
 for index, (req, want) in enumerate(zip(REQUESTS, EXPECTED or [None] * len(REQUESTS))):
     ids = torch.tensor([req["prompt_ids"]])
-    config = GenerationConfig(max_new_tokens=req["max_tokens"], do_sample=req["temperature"] > 0,
+    sampling = req["temperature"] > 0
+    # top_k=0 / top_p=1.0 mean "off"; left unset, transformers silently applies top_k=50 when sampling
+    filters = {{"top_k": req.get("top_k") or 0, "top_p": req.get("top_p", 1.0)}} if sampling else {{}}
+    config = GenerationConfig(max_new_tokens=req["max_tokens"], do_sample=sampling,
                               temperature=req["temperature"] or None, eos_token_id=model.config.eos_token_id,
-                              pad_token_id=0, prompt_lookup_num_tokens=PROMPT_LOOKUP)
+                              pad_token_id=0, prompt_lookup_num_tokens=PROMPT_LOOKUP, **filters)
     if req.get("seed") is not None:
         torch.manual_seed(req["seed"])
     with torch.inference_mode():
@@ -211,18 +247,40 @@ def write_repro_scripts(run_dir: Path, report: dict[str, Any], redact=lambda tex
     return written
 
 
+def _attempts(repro: dict[str, Any]) -> int:
+    """How often the script replays the set: a failure under concurrency is intermittent."""
+    attempts = repro.get("attempts")
+    return int(attempts) if attempts else (20 if repro.get("concurrency", 1) > 1 else 1)
+
+
+def _route_uri(spec: dict[str, Any]) -> str:
+    """The URI that rebuilds an in-process route from its public spec (for the server command line)."""
+    query = {k: str(spec[k]) for k in ("draft", "num_assistant_tokens", "prompt_lookup") if spec.get(k)}
+    if spec.get("tokenizer") and spec["tokenizer"] != spec.get("model"):
+        query["tokenizer"] = spec["tokenizer"]
+    query.update({str(k): str(v) for k, v in (spec.get("options") or {}).items()})
+    return f"{spec['kind']}:{spec.get('model') or ''}" + (f"?{urlencode(query, safe='/')}" if query else "")
+
+
 def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str | None]:
     expected = json.dumps(repro.get("expected"))
     route_desc = f"{spec['name']} ({spec['kind']})"
-    how = "concurrently (at most {0} in flight)".format(repro.get("concurrency", 1)) if repro.get("concurrency", 1) > 1 else "one at a time"
-    if spec["kind"] in ("openai", "sglang"):
-        payloads = [_openai_payload(r, spec["model"]) for r in repro["requests"]]
+    concurrency = repro.get("concurrency", 1)
+    how = "concurrently (at most {0} in flight)".format(concurrency) if concurrency > 1 else "one at a time"
+    served = spec["kind"] in ("reference", "hf") and bool(repro.get("base_url"))
+    if spec["kind"] in ("openai", "sglang") or served:
+        base_url = repro["base_url"] if served else spec["base_url"]
+        model = (repro.get("model") or spec["model"]) if served else spec["model"]
+        if served:
+            route_desc += (f", served over HTTP: start it with `python -m fixtures.servers.inprocess "
+                           f"--route '{_route_uri(spec)}' --port PORT` and set REPRO_BASE_URL")
+        payloads = [_openai_payload(r, model) for r in repro["requests"]]
         script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how,
-                                      base_url=spec["base_url"], api_key_env=spec.get("api_key_env"),
+                                      base_url=base_url, api_key_env=spec.get("api_key_env"),
                                       payloads=json.dumps(payloads), expected=expected,
-                                      concurrency=repro.get("concurrency", 1))
+                                      concurrency=concurrency, attempts=_attempts(repro))
         auth = f' -H "Authorization: Bearer ${spec["api_key_env"]}"' if spec.get("api_key_env") else ""
-        curl = "\n".join(f"curl -s {spec['base_url']}/completions -H 'Content-Type: application/json'{auth} "
+        curl = "\n".join(f"curl -s {base_url}/completions -H 'Content-Type: application/json'{auth} "
                          f"-d '{json.dumps(p)}'" for p in payloads[:20])
         return script, "#!/bin/sh\n# Resend the failing request(s); compare choices[0].token_ids with the expected ids\n" + curl + "\n"
     if spec["kind"] == "hf":

@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Sequence
 
+from reports.acceptance import UNKNOWN, speculation_problems, speculation_status, summed_worker_profile
 from reports.collector import RunCollector
+from reports.parity import parity
 
 NOT_VERIFIED_PREFIX = "not verified"
+SERVER_KINDS = ("openai",)   # cumulative /metrics counters (SGLang's are per route object: summed)
 
 
 def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verified: int,
-               complete: bool) -> tuple[str, str]:
+               complete: bool, problems: Sequence[str] = ()) -> tuple[str, str]:
     """adopt / pilot / wait / avoid, with the reason a person reads first."""
     if not complete:
         return "wait", "the run did not complete; its results are partial"
@@ -19,6 +22,8 @@ def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verif
         return "avoid", f"{bug_findings} correctness finding(s) against the candidate"
     if error_findings or failed:
         return "wait", f"{failed} failed check(s), {error_findings} route error(s): investigate before promoting"
+    if problems:
+        return "wait", "; ".join(problems)
     if not_verified:
         return "pilot", f"all checks that ran passed, but {not_verified} could not be verified on this route"
     return "adopt", "every check passed"
@@ -40,13 +45,15 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     complete = not collector.interrupted and not collector.crashed_workers and recorded == received
     bug_findings = sum(1 for f in collector.findings if f.severity == "bug")
     error_findings = sum(1 for f in collector.findings if f.severity == "error")
+    context = route_context(collector)
+    problems = speculation_problems(context["speculation"])
+    not_verified += [{"test": "(whole run)", "check": "speculation",
+                      "reason": f"{NOT_VERIFIED_PREFIX}: whether speculation ran on `{s['route']}`: {s['reason']}"}
+                     for s in context["speculation"] if s["status"] == UNKNOWN]
     verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
                                  error_findings=error_findings, not_verified=len(not_verified),
-                                 complete=complete)
-    inventories = collector.merged_worker_field("inventories") or {
-        k: [v] for k, v in collector.worker_state.inventories.items()}
-    acceptance = collector.merged_worker_field("acceptance") or {
-        k: [v] for k, v in collector.worker_state.acceptance.items()}
+                                 complete=complete, problems=problems)
+    warnings = [p["warning"] for p in context["parity"] if p["warning"]]
     return collector.redact.data({
         "run_id": collector.run_id,
         "started_unix": collector.started,
@@ -65,18 +72,51 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "findings": findings,
         "measurements": collector.measurements,
         "findings_accounting": {"recorded": recorded, "received": received, "lost": recorded - received},
-        "inventories": {name: values[0] for name, values in inventories.items()},
-        "acceptance": {name: _sum_acceptance(values) for name, values in acceptance.items()},
+        "warnings": warnings,
+        **context,
     })
 
 
-def _sum_acceptance(values: list[dict[str, Any]]) -> dict[str, Any]:
-    """Workers each hold their own in-process engine; their counters add up."""
-    drafts = sum(v.get("drafts", 0) for v in values)
-    accepted = sum(v.get("accepted", 0) for v in values)
-    draft_tokens = sum(v.get("draft_tokens", 0) for v in values)
-    width = max((len(v.get("accepted_per_pos", [])) for v in values), default=0)
-    per_pos = [sum((v.get("accepted_per_pos", []) + [0] * width)[i] for v in values) for i in range(width)]
-    return {"drafts": drafts, "draft_tokens": draft_tokens, "accepted": accepted, "accepted_per_pos": per_pos,
-            "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else None,
-            "workers": len(values)}
+def _per_route(collector: RunCollector, key: str) -> dict[str, list[Any]]:
+    return collector.merged_worker_field(key) or {k: [v] for k, v in getattr(collector.worker_state, key).items()}
+
+
+def route_context(collector: RunCollector) -> dict[str, Any]:
+    """Inventory, acceptance profile, "speculation really ran", baseline parity, latency and memory."""
+    config = collector.config_public
+    kinds = {r.get("name"): r.get("kind") for r in [config.get("baseline") or {}, *config.get("candidates", [])]}
+    inventories = {name: values[0] for name, values in _per_route(collector, "inventories").items()}
+    # In-process engines count per worker (sum them); a server's /metrics counters are cumulative and
+    # shared by all workers, so only the controller's before/after difference is meaningful.
+    acceptance = {name: summed_worker_profile(values) for name, values in _per_route(collector, "acceptance").items()
+                  if kinds.get(name) not in SERVER_KINDS}
+    acceptance.update(collector.server_acceptance)
+    baseline_name = (config.get("baseline") or {}).get("name")
+    candidates = [c.get("name") for c in config.get("candidates", [])]
+    return {
+        "inventories": inventories,
+        "acceptance": acceptance,
+        "speculation": [speculation_status(name, inventory=inventories.get(name), profile=acceptance.get(name))
+                        for name in candidates if name in inventories or name in acceptance],
+        "parity": [parity(inventories.get(baseline_name), inventories.get(name), candidate_name=name)
+                   for name in candidates],
+        "latency": {name: latency_summary([s for worker in lists for s in worker])
+                    for name, lists in _per_route(collector, "latency").items()},
+        "memory": {"worker_peak_rss_mib": max((s.get("memory", {}).get("peak_rss_mib", 0)
+                                               for s in collector.worker_states), default=None),
+                   "servers": collector.server_memory},
+        "server_launch": collector.server_launch,
+    }
+
+
+def latency_summary(samples: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Context, not a criterion: per-request wall time as the suite's client saw it."""
+    if not samples:
+        return {"requests": 0}
+    seconds = sorted(s[0] for s in samples)
+    tokens = sum(s[1] for s in samples)
+
+    def pct(q: float) -> float:
+        return round(seconds[min(len(seconds) - 1, int(q * len(seconds)))], 4)
+    return {"requests": len(seconds), "p50_s": pct(0.5), "p95_s": pct(0.95), "max_s": round(seconds[-1], 4),
+            "tokens": tokens, "tokens_per_request_second": round(tokens / sum(seconds), 1) if sum(seconds) else None}

@@ -110,6 +110,9 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
     findings.add(Finding(
         check="mixing", severity="bug", route=candidate.name, prompt_id=first.victim_key, title=title,
         details={**details, "contamination_matrix": total.matrix_rows(),
+                 "diff": (f"- {first.victim_key}, serial reference: {first.reference_text[:160]!r}\n"
+                          f"+ {first.victim_key}, under load:       {first.output_text[:160]!r}\n"
+                          f"  source {first.source_key}: {first.evidence}"),
                  "examples": [a.line() for a in total.contaminated[:20]],
                  "schedule": shrunk.schedule.to_json(), "schedule_text": shrunk.schedule.describe(workload),
                  "shrink": shrunk.describe(),

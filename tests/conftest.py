@@ -12,6 +12,14 @@ import pytest
 REAL_ENGINE_MODULES = {"test_vllm_cpu.py"}
 
 
+@pytest.fixture(scope="module")
+def loop():
+    """One background event loop per test module, for driving async routes from sync tests."""
+    from fixtures.routes.loop import BackgroundLoop
+    with BackgroundLoop() as background:
+        yield background
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     if collection_path.name in REAL_ENGINE_MODULES and not config.getoption("vllm"):
         return True

@@ -34,6 +34,7 @@ FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distr
 COMMON_ARGS = ("--prompt-limit", "2", "--concurrency", "8", "--stress-requests", "100", "--detect-tv", "0.2")
 NOISY_SEEDS = (1, 2)
 ALL_PROMPTS = ("--prompt-limit", "1000")
+DISTRIBUTION_ARGS = ("--prompt-limit", "14", "--detect-tv", "0.1")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,6 @@ class Mutant:
     expect: str = "caught"            # "caught": the catcher fails the route; "near-tie": reported, not failed
     options: tuple[tuple[str, str], ...] = ()
     args: tuple[str, ...] = ()        # extra suite options for this row (after COMMON_ARGS: they win)
-    slow: bool = False
 
     @property
     def group(self) -> tuple[str, str, tuple[str, ...]]:
@@ -76,11 +76,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("logprobs_from_draft", "logprobs"),
     Mutant("cross_context_mixing", "mixing", options=(("mix_rate", "0.1"),)),
     Mutant("kv_slot_swap", "mixing", options=(("mix_rate", "0.25"),)),  # a swap needs company at its step
-    Mutant("residual_from_p", "distribution", slow=True),
-    Mutant("bonus_from_q", "distribution", slow=True),
-    Mutant("soft_q_for_argmax_draft", "distribution", slow=True),
-    Mutant("draft_temperature_ignored", "distribution", slow=True),
-    Mutant("top_p_one_side", "distribution", slow=True),
+    # Each statistical fault on the grid point where it acts (T=1.5 shows the first four; top-p exists only at
+    # T=0.7/top-p 0.9), at the budget of equivalence.distribution.MUTATION_ARGS (TV 0.1, 14 prompts/category).
+    Mutant("residual_from_p", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
+    Mutant("bonus_from_q", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
+    Mutant("soft_q_for_argmax_draft", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
+    Mutant("draft_temperature_ignored", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
+    Mutant("top_p_one_side", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "p0.9")),
 )
 
 
@@ -210,7 +212,7 @@ class Row:
     """One line of the printed mutation table."""
 
     mutant: Mutant
-    status: str = "pending"          # caught / MISSED / xfail (no catcher yet) / not run (slow)
+    status: str = "pending"          # caught / MISSED / xfail (no catcher yet)
     also: list[str] = field(default_factory=list)
     requests: int | None = None
     seconds: float | None = None

@@ -5,10 +5,10 @@ One subprocess runs the correct engine through every catcher family at the share
 named candidates of one routes file, two subprocesses at a time. A fault whose catcher the
 route suite does not have yet is an expected failure naming the issue that adds it.
 `pytest tests -k mutation -s` prints the table (fault, expected catcher, caught?, requests).
-The distribution rows need the sampling check's own budget (--detect-tv 0.05: several minutes
-per fault on 2 cores), so they run only with SLOW = True below; otherwise they are
-reported as not run, with that reason (the engine-level proof that each statistical fault
-shifts the distribution is tests/test_reference_sampling.py).
+The distribution rows run each statistical fault on the grid point where it acts, at TV 0.1
+over 14 prompts per category (tests/mutation.py DISTRIBUTION_ARGS; a few minutes on 2 cores);
+the correct engine runs the distribution check at the shared budget, and the check's own
+false-alarm rate is measured in tests/test_stats_calibration.py and tests/test_stats_routes.py.
 Environment: none.
 """
 from __future__ import annotations
@@ -22,17 +22,14 @@ from filelock import FileLock
 from tests.mutation import (COMMON_ARGS, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
                             format_table, missing_reason, other_catchers, run_route_suite, verdict_for)
 
-SLOW = False  # flip to run the distribution rows (minutes per fault); see the module docstring
-SLOW_REASON = ("not run: the distribution rows take several minutes per fault at the sampling check's budget; "
-               "set SLOW = True in tests/test_mutation.py to run them")
-FAMILY_ARGS = {"distribution": ("--detect-tv", "0.05")}   # the sampling check's default budget
+FAMILY_ARGS: dict[str, tuple[str, ...]] = {}   # per-family suite options beyond COMMON_ARGS (rows carry their own)
 TIMEOUT_S = 900
 RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2}   # longest runs start first
 NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
 
 
 def _runnable(m: Mutant) -> bool:
-    return bool(catcher_paths(m)) and (SLOW or not m.slow)
+    return bool(catcher_paths(m))
 
 
 def _groups() -> dict[tuple, list[Mutant]]:
@@ -110,8 +107,6 @@ def table_rows(results) -> list[Row]:
         row = Row(mutant=m)
         if not catcher_paths(m):
             row.status = f"xfail (no '{m.catcher}' check yet)"
-        elif m.slow and not SLOW:
-            row.status = "not run (slow)"
         else:
             result = results[m.group]
             ok, _ = verdict_for(m, result)
@@ -141,8 +136,6 @@ def _case(m: Mutant):
 def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
     if not catcher_paths(mutant):
         pytest.fail(f"no '{mutant.catcher}' check in the route suite yet", pytrace=False)
-    if mutant.slow and not SLOW:
-        pytest.skip(SLOW_REASON)
     result = mutation_runs[mutant.group]
     ok, why = verdict_for(mutant, result)
     assert result.report, f"no report.json: {result.describe()}"

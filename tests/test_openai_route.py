@@ -259,6 +259,19 @@ def test_score_unsupported(server, toy_tokenizer, fault):
     assert route.capabilities.prompt_logprobs is False
 
 
+def test_score_at_full_context_says_why_instead_of_sending(server, toy_tokenizer):
+    """The fake serves max_model_len 512: 511 tokens can be scored, 512 cannot (no room for the one
+    generated token), and the route says so without sending a request the engine would reject."""
+    route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+    prompt = tuple([3, 4, 5] * 170)  # 510 tokens
+    assert len(call(route, "score", prompt, (6,), 2)) == 1
+    sent = sum(r["path"] == "/v1/completions" for r in server.requests)
+    with pytest.raises(RouteError, match="must stay below max_model_len 512") as info:
+        call(route, "score", prompt, (6, 8), 2)
+    assert not isinstance(info.value, CapabilityMissing) and route.capabilities.prompt_logprobs
+    assert sum(r["path"] == "/v1/completions" for r in server.requests) == sent
+
+
 def test_score_server_failure_is_not_a_capability(server, toy_tokenizer):
     server.faults = {"http500"}
     with pytest.raises(RouteHTTPError):

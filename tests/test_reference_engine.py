@@ -21,20 +21,11 @@ from fixtures.prompts.encode import encode_prompt
 from fixtures.prompts.records import load_prompt_set
 from fixtures.routes.base import Request
 from fixtures.routes.errors import RouteTimeout
-from fixtures.routes.loop import BackgroundLoop
 from fixtures.routes.spec import ConfigError, RouteSpec, parse_route_uri
 
 K = 4
 MAX_TOKENS = 64
 
-pytestmark = pytest.mark.skipif(not (TARGET_DIR / "model.safetensors").exists(),
-                                reason="the embedded models are not trained yet")
-
-
-@pytest.fixture(scope="module")
-def loop():
-    with BackgroundLoop() as background:
-        yield background
 
 
 @pytest.fixture(scope="module")

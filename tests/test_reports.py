@@ -14,7 +14,8 @@ from reports.render_junit import render_junit
 from reports.render_markdown import render_summary
 from reports.run_report import build_run_report, verdict_of
 from reports.writer import write_run_folder
-from fixtures.routes.base import Request
+from fixtures.routes.base import AcceptanceSnapshot, Request
+from reports.acceptance import acceptance_profile
 from reports.repro import repro_block
 
 SECRET = "sk-planted-secret-0123456789"
@@ -29,9 +30,9 @@ def make_collector(tmp_path: Path, *, findings: list[Finding], outcomes: list[Ch
                              redact=Redactor((SECRET,)), is_worker=False)
     collector.findings = findings
     collector.outcomes = {o.nodeid: o for o in outcomes}
-    collector.worker_states = [WorkerState(findings_recorded=len(findings),
-                                           acceptance={"candidate": {"drafts": 10, "draft_tokens": 40, "accepted": 18,
-                                                                     "accepted_per_pos": [8, 5, 3, 2]}}).__dict__]
+    collector.worker_states = [WorkerState(findings_recorded=len(findings)).__dict__]
+    # a server route: its counters come from the controller's before/after /metrics difference
+    collector.server_acceptance = {"candidate": acceptance_profile(AcceptanceSnapshot(10, 40, 18, (8, 5, 3, 2)))}
     collector.measurements = {"p_value": [{"test_id": "t::a", "name": "chi2", "p_value": 0.4}]}
     return collector
 

@@ -29,22 +29,31 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_dead_route_becomes_a_finding_and_secrets_stay_out(tmp_path):
-    routes = tmp_path / "routes.toml"
-    routes.write_text(f"""
+def secret_routes_file(path: Path, *, base_url: str, model: str, key_env: str, header: tuple[str, str],
+                       request_s: float, connect_s: float = 5) -> Path:
+    """Embedded hf baseline vs an openai candidate whose API key (from `key_env`) and header are secrets."""
+    target = EMBEDDED_MODELS / "target"
+    path.write_text(f"""
 [baseline]
 kind = "hf"
-model = "{EMBEDDED_MODELS / 'target'}"
+model = "{target}"
 
 [candidate]
 kind = "openai"
-base_url = "http://127.0.0.1:{closed_port()}/v1"
-model = "tiny"
-tokenizer = "{EMBEDDED_MODELS / 'target'}"
-api_key_env = "SPEC_SUITE_TEST_KEY"
-headers = {{ "X-Api-Token" = "{HEADER_SECRET}" }}
-timeouts = {{ connect = 2, request = 10 }}
+base_url = "{base_url}"
+model = "{model}"
+tokenizer = "{target}"
+api_key_env = "{key_env}"
+headers = {{ "{header[0]}" = "{header[1]}" }}
+timeouts = {{ connect = {connect_s}, request = {request_s} }}
 """)
+    return path
+
+
+def test_dead_route_becomes_a_finding_and_secrets_stay_out(tmp_path):
+    routes = secret_routes_file(tmp_path / "routes.toml", base_url=f"http://127.0.0.1:{closed_port()}/v1",
+                                model="tiny", key_env="SPEC_SUITE_TEST_KEY", header=("X-Api-Token", HEADER_SECRET),
+                                request_s=10, connect_s=2)
     env = {**subprocess.os.environ, "SPEC_SUITE_TEST_KEY": KEY}
     result = subprocess.run([sys.executable, "-m", "pytest", "equivalence/test_greedy.py", "-p", "no:cacheprovider",
                              "--routes", str(routes), "--report-dir", str(tmp_path / "out"), "--prompt-limit", "1",

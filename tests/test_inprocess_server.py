@@ -1,0 +1,265 @@
+"""In-process routes served over HTTP (fixtures.servers.inprocess), and the httpx repros that target them.
+
+Why: a finding against the reference or hf engine is only actionable when a maintainer
+can replay it with a standalone python + httpx script. Each claim is proven both ways:
+the served correct engine answers exactly as the in-process route (greedy, streamed,
+acceptance counters), concurrent HTTP requests really share the engine's batch (the
+mixing fault fires only under concurrency and never with the correct engine), and the
+rendered repro exits 1 against the faulty server and 0 against the correct one.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from fixtures.models import TARGET_DIR
+from fixtures.prompts.encode import encode_prompt
+from fixtures.prompts.records import load_prompt_set
+from fixtures.routes.base import AcceptanceSnapshot, Capabilities, Request, RouteInventory
+from fixtures.routes.errors import RouteError
+from fixtures.routes.hf import load_tokenizer
+from fixtures.routes.metrics import acceptance_from_metrics
+from fixtures.routes.registry import build_route
+from fixtures.routes.spec import parse_route_uri
+from fixtures.servers.inprocess import Engine, make_server, serve_in_thread
+from reports.repro import render_repro, repro_block
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTY = "reference:?fault=cross_context_mixing&mix_rate=1.0"
+MAX_TOKENS = 24
+CONCURRENCY = 8
+
+
+
+@pytest.fixture(scope="module")
+def correct():
+    base_url, stop = serve_in_thread("reference:", base=ROOT)
+    yield base_url
+    stop()
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    base_url, stop = serve_in_thread(FAULTY, base=ROOT)
+    yield base_url
+    stop()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    """id -> token ids: 3 mixed-category prompts for parity, 8 chat prompts for mixing."""
+    tokenizer = load_tokenizer(str(TARGET_DIR))
+    return {r.id: encode_prompt(tokenizer, r.text) for r in load_prompt_set()}
+
+
+def chat_ids(prompts) -> list[str]:
+    return [name for name in prompts if name.startswith("chat-")][:CONCURRENCY]
+
+
+def served_model(base_url: str) -> str:
+    return httpx.get(f"{base_url}/models").json()["data"][0]["id"]
+
+
+def payload(ids, model: str) -> dict:
+    return {"model": model, "prompt": list(ids), "max_tokens": MAX_TOKENS, "temperature": 0.0,
+            "return_token_ids": True}
+
+
+def post_all(base_url: str, payloads: list[dict], concurrency: int) -> list[list[int]]:
+    async def run() -> list[list[int]]:
+        gate = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=120) as client:
+            async def one(body):
+                async with gate:
+                    resp = await client.post(f"{base_url}/completions", json=body)
+                    resp.raise_for_status()
+                    return resp.json()["choices"][0]["token_ids"]
+            return await asyncio.gather(*(one(p) for p in payloads))
+    return asyncio.run(run())
+
+
+# ---- 1. the served engine answers as the in-process route ----
+def test_served_reference_matches_in_process_greedy_streamed_and_metrics(loop, correct, prompts):
+    model = served_model(correct)
+    adapter = build_route(parse_route_uri(
+        "candidate", f"openai:{correct}?model={quote(model, safe='')}&tokenizer={TARGET_DIR}", base=ROOT))
+    local = build_route(parse_route_uri("baseline", "reference:", base=ROOT))
+    try:
+        for name in ("math-00", "code-03", "chat-05"):
+            req = Request(prompt_ids=prompts[name], max_tokens=MAX_TOKENS, request_id=name)
+            want = loop.run(local.generate(req), timeout=120)
+            got = loop.run(adapter.generate(req), timeout=120)
+            streamed = loop.run(adapter.generate(Request(prompt_ids=prompts[name], max_tokens=MAX_TOKENS,
+                                                         stream=True, request_id=f"{name}-s")), timeout=120)
+            assert got.token_ids == want.token_ids and got.finish_reason == want.finish_reason, name
+            assert got.text == want.text and got.usage_completion_tokens == len(want.token_ids)
+            assert streamed.token_ids == got.token_ids and streamed.text == got.text, name
+            assert streamed.finish_reason == got.finish_reason and streamed.stream_events > 1
+        with_lp = Request(prompt_ids=prompts["math-00"], max_tokens=8, logprobs=3)
+        want, got = loop.run(local.generate(with_lp), timeout=120), loop.run(adapter.generate(with_lp), timeout=120)
+        assert [e.token_id for e in got.logprobs] == list(want.token_ids)
+        assert max(abs(a.logprob - b.logprob) for a, b in zip(got.logprobs, want.logprobs)) < 1e-5
+        snap = acceptance_from_metrics(httpx.get(correct.removesuffix("/v1") + "/metrics").text, model_name=model)
+        assert snap is not None and snap.drafts > 0 and snap.accepted == sum(snap.accepted_per_pos)
+        assert loop.run(adapter.acceptance(), timeout=30) == snap
+        inventory = loop.run(adapter.inventory(), timeout=30)
+        assert inventory.max_model_len == 512 and inventory.speculation["spec_decode_metrics"]
+    finally:
+        loop.run(adapter.aclose(), timeout=30)
+        loop.run(local.aclose(), timeout=30)
+
+
+def test_bad_requests_get_openai_style_errors(correct):
+    url = f"{correct}/completions"
+    bad_json = httpx.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
+    assert bad_json.status_code == 400 and "invalid JSON" in bad_json.json()["error"]["message"]
+    assert httpx.post(url, json={"max_tokens": 4}).json()["error"]["param"] == "prompt"
+    assert httpx.post(url, json={"prompt": [1, 2], "n": 2}).status_code == 400
+    assert httpx.post(url, json={"prompt": [1, 2], "max_tokens": "x"}).status_code == 400
+    assert httpx.post(url, json={"prompt": [1, 2], "model": "nope"}).status_code == 404
+    text = httpx.post(url, json={"prompt": "Hello", "max_tokens": 3, "temperature": 0})
+    assert text.status_code == 200 and len(text.json()["choices"][0]["token_ids"]) == 3
+    root = correct.removesuffix("/v1")
+    assert httpx.get(f"{root}/health").status_code == 200 and "version" in httpx.get(f"{root}/version").json()
+
+
+class FailingRoute:
+    """A route whose engine fails every request: the server must answer 500 with its message."""
+
+    name = "broken"
+    capabilities = Capabilities(logprobs=5)
+
+    async def generate(self, req):
+        raise RouteError("engine exploded on purpose", route=self.name, request_id=req.request_id)
+
+    async def inventory(self):
+        return RouteInventory(engine="test")
+
+    async def acceptance(self):
+        return AcceptanceSnapshot(drafts=2, draft_tokens=8, accepted=5, accepted_per_pos=(2, 2, 1, 0))
+
+    async def aclose(self):
+        return None
+
+
+def test_route_error_is_500_and_metrics_round_trip():
+    engine = Engine(FailingRoute(), spec=SimpleNamespace(model="m", tokenizer=None))
+    httpd = make_server(engine)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    root = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        resp = httpx.post(f"{root}/v1/completions", json={"prompt": [1, 2]})
+        assert resp.status_code == 500 and "exploded on purpose" in resp.json()["error"]["message"]
+        assert httpx.post(f"{root}/v1/completions", json={"prompt": "text"}).status_code == 400  # no tokenizer
+        snap = acceptance_from_metrics(httpx.get(f"{root}/metrics").text)
+        assert snap == AcceptanceSnapshot(drafts=2, draft_tokens=8, accepted=5, accepted_per_pos=(2, 2, 1, 0))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        engine.close()
+
+
+# ---- 2. concurrent HTTP requests share the engine's batch ----
+def test_concurrency_reaches_the_engine(correct, faulty, prompts):
+    names = chat_ids(prompts)
+    assert len(names) == CONCURRENCY and len({prompts[n] for n in names}) == CONCURRENCY
+    model = served_model(correct)
+    bodies = [payload(prompts[n], model) for n in names]
+    serial = post_all(correct, bodies, concurrency=1)
+    assert post_all(faulty, bodies, concurrency=1) == serial, "the mixing engine mixed requests sent one at a time"
+    assert post_all(correct, bodies, concurrency=CONCURRENCY) == serial, "the correct engine is not batch-invariant"
+    mixed = post_all(faulty, bodies, concurrency=CONCURRENCY)
+    assert any(m != s for m, s in zip(mixed, serial)), "8 concurrent requests never met in one batch"
+
+
+# ---- 3. the rendered repro needs only python + httpx and tells the engines apart ----
+def mixing_repro(prompts, base_url: str, model: str, serial: list[list[int]], **extra) -> str:
+    names = chat_ids(prompts)
+    requests = [Request(prompt_ids=prompts[n], max_tokens=MAX_TOKENS, request_id=n) for n in names]
+    spec = parse_route_uri("candidate", FAULTY, base=ROOT).public_dict()
+    block = repro_block(requests=requests, expected=serial, actual=None, concurrency=CONCURRENCY,
+                        base_url=base_url, model=model, **extra)
+    finding = {"title": "outputs mix under concurrency", "route": "candidate", "check": "mixing"}
+    script, curl = render_repro(finding, block, spec)
+    assert curl is not None and curl.count("curl -s") == CONCURRENCY
+    return script
+
+
+def run_script(tmp_path: Path, script: str, base_url: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "repro.py"
+    path.write_text(script)
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={"REPRO_BASE_URL": base_url, "OMP_NUM_THREADS": "1"})
+
+
+def test_http_repro_reproduces_only_against_the_faulty_engine(tmp_path, correct, faulty, prompts):
+    model = served_model(correct)
+    serial = post_all(correct, [payload(prompts[n], model) for n in chat_ids(prompts)], concurrency=1)
+    script = mixing_repro(prompts, "http://127.0.0.1:9/v1", model, serial, attempts=3)
+    assert not re.search(r"^\s*(import|from)\s+(fixtures|reports|equivalence)\b", script, re.M)
+    assert "ATTEMPTS = 3" in script and "CONCURRENCY = 8" in script and "import httpx" in script
+    bad = run_script(tmp_path, script, faulty)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "REPRODUCED on attempt 1" in bad.stdout and "MISMATCH" in bad.stdout
+    good = run_script(tmp_path, script, correct)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "not reproduced in 3 attempt(s)" in good.stdout
+    down = run_script(tmp_path, script, "http://127.0.0.1:9/v1")  # nothing listens: an error, not a repro
+    assert down.returncode == 2, down.stdout + down.stderr
+
+
+def test_repro_template_choice_and_attempt_defaults():
+    req = Request(prompt_ids=(1, 2), max_tokens=4, temperature=0.7, top_k=0)
+    finding = {"title": "t", "route": "candidate", "check": "mixing"}
+    ref = parse_route_uri("candidate", FAULTY, base=ROOT).public_dict()
+    hf = parse_route_uri("candidate", f"hf:{TARGET_DIR}", base=ROOT).public_dict()
+    served = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8, base_url="http://h:1/v1")
+    assert "ATTEMPTS = 20" in render_repro(finding, served, ref)[0]
+    assert "ATTEMPTS = 20" in render_repro(finding, served, hf)[0]
+    serial = repro_block(requests=[req], expected=[[3]], actual=[[4]], base_url="http://h:1/v1")
+    assert "ATTEMPTS = 1" in render_repro(finding, serial, ref)[0]
+    in_process = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8)
+    ref_script, ref_curl = render_repro(finding, in_process, ref)
+    assert "from fixtures.routes.registry import build_route" in ref_script and ref_curl is None
+    hf_script, hf_curl = render_repro(finding, in_process, hf)
+    assert 'req.get("top_k") or 0' in hf_script and 'req.get("top_p", 1.0)' in hf_script and hf_curl is None
+    compile(hf_script, "hf_repro.py", "exec")
+    openai = {"name": "candidate", "kind": "openai", "model": "m", "base_url": "http://h:2/v1"}
+    script, curl = render_repro(finding, in_process, openai)
+    assert "ATTEMPTS = 20" in script and curl.startswith("#!/bin/sh") and "http://h:2/v1/completions" in curl
+
+
+# ---- the command line ----
+def test_command_line_serves_and_stops_cleanly_on_sigterm():
+    with httpx.Client() as probe:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "fixtures.servers.inprocess", "--route", "reference:",
+                                 "--port", str(port), "--model-name", "ref"], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"OMP_NUM_THREADS": "1"})
+        try:
+            line = proc.stdout.readline().strip()
+            assert line == f"serving reference: on http://127.0.0.1:{port}/v1"
+            assert probe.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"] == "ref"
+            body = probe.post(f"http://127.0.0.1:{port}/v1/completions",
+                              json={"model": "ref", "prompt": [1, 2, 3], "max_tokens": 2}).json()
+            assert json.dumps(body["usage"]) and body["usage"]["completion_tokens"] == 2
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
