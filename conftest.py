@@ -116,7 +116,8 @@ def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
     for name, handle in session.built().items():
         collector.worker_state.latency[name] = list(handle.route.samples)
         try:
-            collector.worker_state.inventories[name] = handle.inventory().__dict__
+            if name not in collector.worker_state.inventories:
+                collector.worker_state.inventories[name] = handle.inventory().__dict__
             snapshot = handle.acceptance()
             if snapshot is not None:
                 collector.worker_state.acceptance[name] = {**snapshot.__dict__, "accepted_per_pos": list(snapshot.accepted_per_pos)}
@@ -128,13 +129,24 @@ def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
 
 
 @pytest.fixture(scope="session")
-def baseline(route_session, suite_config: SuiteConfig):
-    return route_session.handle(suite_config.routes.baseline.name)
+def baseline(pytestconfig: pytest.Config, route_session, suite_config: SuiteConfig):
+    return _with_inventory(pytestconfig, route_session.handle(suite_config.routes.baseline.name))
 
 
 @pytest.fixture(scope="session")
-def candidate(request: pytest.FixtureRequest, route_session):
-    return route_session.handle(request.param)
+def candidate(request: pytest.FixtureRequest, pytestconfig: pytest.Config, route_session):
+    return _with_inventory(pytestconfig, route_session.handle(request.param))
+
+
+def _with_inventory(config: pytest.Config, handle):
+    """The route's inventory at first use, while it is surely alive (an engine may die mid-run)."""
+    state = config.stash[COLLECTOR_KEY].worker_state
+    if handle.name not in state.inventories:
+        try:
+            state.inventories[handle.name] = handle.inventory().__dict__
+        except (RouteError, OSError) as exc:
+            state.notes.append(f"{handle.name}: inventory unavailable at first use: {exc}")
+    return handle
 
 
 @pytest.fixture(scope="session")

@@ -94,6 +94,10 @@ class MixingReport:
     def unattributed(self) -> tuple[Attribution, ...]:
         return tuple(a for a in self.mismatches if not a.attributed)
 
+    def excluding_victims(self, keys: set[str]) -> "MixingReport":
+        """The same report without the mismatches of these prompts (their reference is not trusted)."""
+        return replace(self, mismatches=tuple(a for a in self.mismatches if a.victim_key not in keys))
+
     def matrix(self) -> Counter:
         """(source key, victim key) -> number of contaminated outputs."""
         return Counter((a.source_key, a.victim_key) for a in self.contaminated)
@@ -326,3 +330,18 @@ def merge(reports: Sequence[MixingReport]) -> MixingReport:
                         mismatches=tuple(a for r in reports for a in r.mismatches),
                         truncated=sum(r.truncated for r in reports))
 
+
+def untrusted_references(*, baseline: Callable[[Request], Completion], candidate: Callable[[Request], Completion],
+                         workload: Workload, references: Mapping[str, Completion], keys: set[str],
+                         max_tokens: int) -> set[str]:
+    """Prompts among `keys` whose serial reference is neither the AR baseline's greedy output nor
+    reproduced by a second serial run of the candidate (a reference made inside someone else's batch)."""
+    untrusted = set()
+    for key in sorted(keys):
+        req = workload.get(key).request(max_tokens=max_tokens)
+        if baseline(req).token_ids == references[key].token_ids:
+            continue
+        again = candidate(replace(req, request_id=f"{req.request_id}-recheck"))  # a fresh request, not a memo
+        if again.token_ids != references[key].token_ids:
+            untrusted.add(key)
+    return untrusted

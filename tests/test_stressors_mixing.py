@@ -10,7 +10,7 @@ from fixtures.routes.base import Completion
 from stressors.canary import build_workload, renderer, serial_references
 from stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
 from stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,
-                              probe_contexts)
+                              probe_contexts, untrusted_references)
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute
 
 
@@ -140,3 +140,29 @@ def test_every_attribution_names_the_true_source():
     assert {a.victim_request for a in report.contaminated} == set(visible), "every visible mix is attributed"
     assert len(passive.contaminated) >= 0.5 * len(visible), "half are attributed from the outputs alone"
     assert {a.method for a in report.contaminated} >= {FOREIGN_CANARY, FOREIGN_ANSWER, CONTEXT_PROBE}
+
+
+def test_references_off_baseline_are_distrusted_only_when_they_do_not_reproduce():
+    """A reference made inside someone else's batch (differs from the baseline, and a second serial run
+    differs too) is not a basis for attribution; a deterministic one that merely differs from the
+    baseline (a greedy bug the greedy checks own) still is, and one equal to the baseline always is."""
+    _, workload, refs, _ = workload_and_refs(size=12)
+    keys = [i.key for i in workload.items[:3]]
+    on_baseline, reproducible, garbled = keys
+    by_prompt = {workload.get(k).prompt_ids: k for k in workload.keys}
+    off = lambda c: Completion(token_ids=c.token_ids + (1,), text=c.text + "!", finish_reason="length", route="c")
+    shifted = {k: (off(refs[k]) if k != on_baseline else refs[k]) for k in keys}
+    calls = []
+
+    def baseline(req):
+        return refs[by_prompt[req.prompt_ids]]
+
+    def candidate(req):
+        key = by_prompt[req.prompt_ids]
+        calls.append(req.request_id)
+        return shifted[key] if key == reproducible else refs[key]  # the garbled one comes out differently now
+
+    untrusted = untrusted_references(baseline=baseline, candidate=candidate, workload=workload, references=shifted,
+                                     keys=set(keys), max_tokens=16)
+    assert untrusted == {garbled}
+    assert len(calls) == 2 and all(c.endswith("-recheck") for c in calls), "rechecks are fresh requests"
