@@ -60,7 +60,7 @@ timed start_servers $SERVERS start || fail "servers did not come up (logs: ~/.ca
 
 # Before the route suite: the servers are fresh, and this traffic stays out of the suite's acceptance delta.
 echo "== vllm-cpu: adapter self-tests against the live servers =="
-timed self_tests python -m pytest tests/test_vllm_cpu.py -q
+timed self_tests python -m pytest tests/test_vllm_cpu.py --vllm -q
 SELF_RC=$?
 
 $SERVERS snapshot --out "$REPORT_DIR/acceptance-before.json" > /dev/null || fail "cannot read /metrics"
