@@ -66,8 +66,18 @@ def test_damaged_stream_fails_naming_both_deliveries(engine, damage, expect):
 
 
 def test_route_without_streaming_is_not_verified():
+    inner = hf_route("candidate", True)
+    route = Rewired(inner, capabilities=replace(inner.capabilities, stream=False))
     with pytest.raises(pytest.skip.Exception, match="not verified.*stream"):
-        run_stream(prompts(("math",), 1)[0], handle(hf_route("candidate", True), "candidate"))
+        run_stream(prompts(("math",), 1)[0], handle(route, "candidate"))
+
+
+def test_transformers_assisted_generation_streams_what_it_returns():
+    """The in-process route streams through transformers' own streamer hook: one event per verify step."""
+    candidate = handle(hf_route("candidate", True), "candidate")
+    for prompt in prompts(("math", "code"), 1):
+        failure, found = run_stream(prompt, candidate)
+        assert failure is None and not found, (failure, found)
 
 
 @pytest.fixture(scope="module")
