@@ -47,6 +47,8 @@ def render_summary(report: dict[str, Any]) -> str:
     if report["not_verified"]:
         lines += ["", "## Not verified", ""]
         lines += [f"- `{n['test']}`: {n['reason']}" for n in report["not_verified"]]
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"][:20]]
     accounting = report["findings_accounting"]
     lines += ["", f"Findings recorded by workers: {accounting['recorded']}, received: {accounting['received']}.", ""]
     lines += _details("Acceptance profile", report.get("acceptance", {}))

@@ -73,6 +73,8 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "measurements": collector.measurements,
         "findings_accounting": {"recorded": recorded, "received": received, "lost": recorded - received},
         "warnings": warnings,
+        # the controller's own notes (e.g. managed servers that did not start) and every worker's
+        "notes": sorted({*collector.worker_state.notes, *(n for w in collector.worker_states for n in w.get("notes", []))}),
         **context,
     })
 

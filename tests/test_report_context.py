@@ -39,7 +39,16 @@ def test_in_process_counters_add_up_across_workers_and_speculation_ran(tmp_path)
     assert acc["mean_acceptance_length"] == 3.0 and acc["invariants_hold"]
     assert report["speculation"][0]["status"] == RAN and report["verdict"] == "adopt"
     assert report["latency"]["candidate"]["requests"] == 4 and report["memory"]["worker_peak_rss_mib"] == 900.0
+    assert report["notes"] == [], "no note was recorded"
     assert "| `candidate` | ran | 3.0 |" in render_summary(report)
+
+
+def test_controller_notes_reach_the_report(tmp_path):
+    collector = _collector(tmp_path, candidate_kind="openai", workers=[_worker(None)])
+    collector.worker_state.notes.append("managed servers did not start: port 18100 busy")
+    report = build_run_report(collector)
+    assert report["notes"] == ["managed servers did not start: port 18100 busy"]
+    assert "## Notes\n\n- managed servers did not start: port 18100 busy" in render_summary(report)
 
 
 def test_server_counters_are_not_summed_across_workers(tmp_path):
