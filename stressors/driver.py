@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 
 from fixtures.routes.base import Completion, Request, Route
 from fixtures.routes.errors import RouteError
+from reports.findings import Finding
 
 MAX_SUBMISSIONS = 20_000
 ABORTED = "aborted"
@@ -346,3 +347,9 @@ def failure_title(run: LoadRun, *, what: str) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(run.started_at + first.ended_s))
     return (f"{what}: {len(run.failed)} of {len(run.outcomes)} requests failed at concurrency {run.concurrency}; "
             f"first {first.request_id} at +{first.ended_s:.1f}s ({clock}): {first.error_kind}")
+
+
+def failure_finding(run: LoadRun, *, check: str, route: str, what: str) -> Finding:
+    """Failed requests of a load run as one error finding: which failed first, when, and how."""
+    return Finding(check=check, severity="error", route=route, title=failure_title(run, what=what),
+                   details=failure_details(run))

@@ -17,7 +17,7 @@ import pytest
 from fixtures.routes.errors import RouteError
 from reports.findings import Finding
 from stressors.canary import mean_latency
-from stressors.driver import burst, drive_handle, failure_details, failure_title, plan, round_robin
+from stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
 from stressors.mixing import detect
 
 pytestmark = pytest.mark.check("aborts")
@@ -43,10 +43,8 @@ def test_route_survives_client_disconnects(candidate, stress_budget, stress_work
     run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
     problems: list[str] = []
     if run.failed:
-        title = failure_title(run, what="abort wave")
-        findings.add(Finding(check="aborts", severity="error", route=candidate.name, title=title,
-                             details=failure_details(run)))
-        problems.append(title)
+        problems.append(findings.add(failure_finding(run, check="aborts", route=candidate.name,
+                                                     what="abort wave")).title)
     report = detect(workload=workload, references=refs, outcomes=run.outcomes)
     if report.mismatches:
         lines = [a.line() for a in report.mismatches]

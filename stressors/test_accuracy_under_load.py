@@ -13,7 +13,7 @@ import pytest
 
 from reports.findings import Finding
 from stressors.accuracy import fisher_p, flips, sentence, tally
-from stressors.driver import burst, drive_handle, failure_details, failure_title, plan, round_robin
+from stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
 from stressors.canary import mean_latency, renderer
 from stressors.mixing import MixingReport, probe_contexts
 
@@ -36,8 +36,7 @@ def test_answers_right_alone_stay_right_under_load(candidate, baseline, tokenize
                     offsets=burst(len(keys)), tag=f"acc-c{level}")
         run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
         if run.failed:
-            findings.add(Finding(check="accuracy", severity="error", route=candidate.name,
-                                 title=failure_title(run, what="accuracy load"), details=failure_details(run)))
+            findings.add(failure_finding(run, check="accuracy", route=candidate.name, what="accuracy load"))
         loaded.append(tally(f"at c={level}", workload, ((o.key, o.completion.text) for o in run.completed)))
         found = flips(workload=workload, serial=refs, outcomes=run.outcomes, references=refs)
         probed = probe_contexts(MixingReport(checked=len(found), mismatches=tuple(f.attribution for f in found)),

@@ -21,7 +21,7 @@ from equivalence.calibration import derive_threshold
 from equivalence.greedy import first_divergence
 from reports.findings import Finding
 from stressors.canary import mean_latency
-from stressors.driver import Submission, burst, drive_handle, failure_details, failure_title, plan
+from stressors.driver import Submission, burst, drive_handle, failure_finding, plan
 from stressors.mixing import classify_mismatch
 
 pytestmark = pytest.mark.check("batch-invariance")
@@ -47,8 +47,7 @@ def test_needle_alone_equals_needle_in_mixed_batches(candidate, baseline, tokeni
                         offsets=burst(len(order)), tag=f"needle-c{level}-b{b}")
             run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
             if run.failed:
-                findings.add(Finding(check="batch-invariance", severity="error", route=candidate.name,
-                                     title=failure_title(run, what="needle batch"), details=failure_details(run)))
+                findings.add(failure_finding(run, check="batch-invariance", route=candidate.name, what="needle batch"))
             for outcome in run.completed:
                 checked += 1
                 expected = refs[outcome.key]
@@ -90,8 +89,7 @@ def test_identical_greedy_requests_agree_under_load(candidate, stress_budget, st
                 tag="identical")
     run = drive_handle(candidate, subs, concurrency=stress_budget.batch(level), mean_latency_s=mean_latency(refs))
     if run.failed:
-        findings.add(Finding(check="batch-invariance", severity="error", route=candidate.name,
-                             title=failure_title(run, what="identical requests"), details=failure_details(run)))
+        findings.add(failure_finding(run, check="batch-invariance", route=candidate.name, what="identical requests"))
     outputs = Counter(o.completion.token_ids for o in run.completed)
     reference = refs[item.key].token_ids
     title = (f"determinism: {len(outputs)} distinct outputs in {len(run.completed)} identical greedy requests at "

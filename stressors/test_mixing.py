@@ -25,7 +25,7 @@ from equivalence.calibration import derive_threshold
 from reports.findings import Finding
 from reports.repro import repro_block
 from stressors.canary import mean_latency, renderer
-from stressors.driver import drive_handle, failure_details, failure_title, mixed_load, round_robin
+from stressors.driver import drive_handle, failure_finding, mixed_load, round_robin
 from stressors.mixing import classify_mismatch, detect, merge, probe_contexts, untrusted_references
 from stressors.replay import replay_script
 from stressors.schedules import Schedule, shrink, window_schedule
@@ -60,8 +60,7 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
         reports.append(probe_contexts(report, workload=workload, outcomes=run.outcomes, generate=candidate.generate,
                                       render=renderer(tokenizer), max_tokens=stress_max_tokens))
         if run.failed:
-            findings.add(Finding(check="mixing", severity="error", route=candidate.name,
-                                 title=failure_title(run, what="mixing load"), details=failure_details(run)))
+            findings.add(failure_finding(run, check="mixing", route=candidate.name, what="mixing load"))
     after = candidate.acceptance()
     total = merge(reports)
     distrusted = untrusted_references(baseline=baseline.generate, candidate=candidate.generate, workload=workload,

@@ -17,7 +17,7 @@ import pytest
 from equivalence.greedy import first_divergence
 from reports.findings import Finding
 from stressors.canary import build_workload
-from stressors.driver import burst, drive_handle, failure_details, failure_title, plan
+from stressors.driver import burst, drive_handle, failure_finding, plan
 
 pytestmark = pytest.mark.check("prefix-cache")
 
@@ -51,8 +51,7 @@ def test_cache_hits_give_the_cold_output(candidate, baseline, tokenizer, stress_
     latency = max(c.latency_s for c in first.values())
     run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
     if run.failed:
-        findings.add(Finding(check="prefix-cache", severity="error", route=candidate.name,
-                             title=failure_title(run, what="cached-prefix burst"), details=failure_details(run)))
+        findings.add(failure_finding(run, check="prefix-cache", route=candidate.name, what="cached-prefix burst"))
     for outcome in run.completed:
         if outcome.completion.token_ids != first[outcome.key].token_ids:
             problems.append(f"{outcome.key} in a burst of {len(subs)} at concurrency {level}: first "
