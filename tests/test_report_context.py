@@ -92,3 +92,11 @@ def test_baseline_parity_warns_on_anything_but_speculation(tmp_path):
     assert served["warning"] is None, "a served name or path of the same weights is not a difference"
     unknown = parity(INVENTORY, {**INVENTORY, "dtype": "unknown"}, candidate_name="c")
     assert unknown["unknown"] == ["dtype"] and unknown["warning"] is None
+
+
+def test_server_memory_gauges_are_read_from_metrics_text():
+    from fixtures.servers import _gauges
+    text = ("# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 3.2e+09\n"
+            'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25\nnot a sample\n')
+    assert _gauges(text) == {"resident_memory_mib": 3051.8, "kv_cache_usage": 0.25}
+    assert _gauges("vllm:num_requests_running 0.0\n") == {}
