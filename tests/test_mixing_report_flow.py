@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.servers.inprocess import serve_in_thread
-from tests.test_run_folder import CHROMIUM, secret_routes_file
+from tests.test_run_folder import CHROMIUM, chromium, secret_routes_file
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-mixing-flow-planted-3b7e"
@@ -78,9 +78,7 @@ def test_mixing_fault_yields_an_issue_ready_report_a_standalone_repro_and_a_nigh
 
     if CHROMIUM is None:
         pytest.fail("chromium is needed for the report.html render check (apt-get install chromium)")
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", (run_dir / "report.html").as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    dom = chromium(run_dir / "report.html", tmp_path / "profile", "--dump-dom")
     assert "AVOID" in dom.stdout and "cross-request contamination" in dom.stdout, dom.stderr[-2000:]
     assert dom.stdout.count("<svg") >= 2  # acceptance by position, contamination matrix
 

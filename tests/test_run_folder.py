@@ -92,6 +92,14 @@ def test_interrupted_run_leaves_a_valid_report_marked_incomplete(tmp_path):
     assert "INCOMPLETE" in next((tmp_path / "out").glob("*/summary.md")).read_text()
 
 
+def chromium(html: Path, profile: Path, mode: str) -> subprocess.CompletedProcess:
+    """Headless Chromium on a local page: `--dump-dom` (DOM on stdout) or `--screenshot=PATH`; logs on stderr."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--window-size=1100,1600"]
+    return subprocess.run([CHROMIUM, *flags, mode, html.as_uri()], capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="not verified: Chromium is not installed (apt-get install chromium)")
 def test_report_html_renders_in_headless_chromium(tmp_path):
     finding = greedy_finding()
@@ -100,14 +108,9 @@ def test_report_html_renders_in_headless_chromium(tmp_path):
     write_run_folder(collector)
     html = collector.run_dir / "report.html"
     shot = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-             "--window-size=1100,1600"]
-    result = subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", html.as_uri()], capture_output=True,
-                            text=True, timeout=120)
+    result = chromium(html, tmp_path / "profile", f"--screenshot={shot}")
     assert shot.exists() and shot.stat().st_size > 10_000, result.stderr[-2000:]
     console_errors = [l for l in result.stderr.splitlines() if "CONSOLE" in l and ("error" in l.lower() or "Uncaught" in l)]
     assert console_errors == []
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = chromium(html, tmp_path / "profile", "--dump-dom")
     assert dom.stdout.count("<svg") >= 3 and "AVOID" in dom.stdout
