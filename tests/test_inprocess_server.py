@@ -226,8 +226,8 @@ def test_repro_template_choice_and_attempt_defaults():
     ref = parse_route_uri("candidate", FAULTY, base=ROOT).public_dict()
     hf = parse_route_uri("candidate", f"hf:{TARGET_DIR}", base=ROOT).public_dict()
     served = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8, base_url="http://h:1/v1")
-    assert "ATTEMPTS = 20" in render_repro(finding, served, ref)[0]
-    assert "ATTEMPTS = 20" in render_repro(finding, served, hf)[0]
+    assert "ATTEMPTS = 100" in render_repro(finding, served, ref)[0]
+    assert "ATTEMPTS = 100" in render_repro(finding, served, hf)[0]
     serial = repro_block(requests=[req], expected=[[3]], actual=[[4]], base_url="http://h:1/v1")
     assert "ATTEMPTS = 1" in render_repro(finding, serial, ref)[0]
     in_process = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8)
@@ -238,7 +238,7 @@ def test_repro_template_choice_and_attempt_defaults():
     compile(hf_script, "hf_repro.py", "exec")
     openai = {"name": "candidate", "kind": "openai", "model": "m", "base_url": "http://h:2/v1"}
     script, curl = render_repro(finding, in_process, openai)
-    assert "ATTEMPTS = 20" in script and curl.startswith("#!/bin/sh") and "http://h:2/v1/completions" in curl
+    assert "ATTEMPTS = 100" in script and curl.startswith("#!/bin/sh") and "http://h:2/v1/completions" in curl
 
 
 # ---- the command line ----
