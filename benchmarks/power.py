@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from equivalence.distribution import GRID, gate_level, run_check, setting_alpha
-from equivalence.stats.oracle import ProbabilityOracle
-from equivalence.stats.planner import plan_budget, two_sample_chisquare_n
-from equivalence.stats.sequential import SequentialPlan
-from fixtures.routes.synthetic import FAULTS, SyntheticModel
+from spec_route_suite.equivalence.distribution import GRID, gate_level, run_check, setting_alpha
+from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
+from spec_route_suite.equivalence.stats.planner import plan_budget, two_sample_chisquare_n
+from spec_route_suite.equivalence.stats.sequential import SequentialPlan
+from spec_route_suite.fixtures.routes.synthetic import FAULTS, SyntheticModel
 
 ALPHA, POWER, DESIGN_TV = 0.01, 0.9, 0.05
 PLAN = SequentialPlan()
@@ -123,13 +123,13 @@ def reference_rows(runs: int, prompts: int) -> list[Row]:
 
     import torch
 
-    from equivalence.distribution import RouteArm, RouteScorer, position_entropies, select_prompts
-    from fixtures.prompts.encode import encode_prompt
-    from fixtures.prompts.records import load_prompt_set
-    from fixtures.routes.loop import BackgroundLoop
-    from fixtures.routes.registry import build_route
-    from fixtures.routes.spec import default_baseline, parse_route_uri
-    from fixtures.session import RouteHandle
+    from spec_route_suite.equivalence.distribution import RouteArm, RouteScorer, position_entropies, select_prompts
+    from spec_route_suite.fixtures.prompts.encode import encode_prompt
+    from spec_route_suite.fixtures.prompts.records import load_prompt_set
+    from spec_route_suite.fixtures.routes.loop import BackgroundLoop
+    from spec_route_suite.fixtures.routes.registry import build_route
+    from spec_route_suite.fixtures.routes.spec import default_baseline, parse_route_uri
+    from spec_route_suite.fixtures.session import RouteHandle
 
     torch.set_num_threads(1)
     loop = BackgroundLoop()

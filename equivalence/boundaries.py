@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from fixtures.routes.base import Completion, Request, RouteInventory, TokenIds
+from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory, TokenIds
 
 Decode = Callable[[Sequence[int]], str]
 DEFAULT_DEPTH = 4

@@ -48,8 +48,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fixtures.routes.base import Completion, Request, TokenLogprobs
-from fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 
 SAFETY = 4.0
 TAU_FLOOR = 1e-3

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from equivalence import calibration as calib
-from fixtures.config import SUITE_CONFIG_KEY
-from fixtures.prompts.encode import encode_prompt
-from fixtures.prompts.records import PromptRecord, load_prompt_set
+from spec_route_suite.equivalence import calibration as calib
+from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import PromptRecord, load_prompt_set
 
 LEAN_PROMPTS = 2
 

@@ -19,15 +19,15 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from equivalence.stats.families import GATE, Evidence, family_weights
-from equivalence.stats.multiple import holm
-from equivalence.stats.oracle import ProbabilityOracle, covers_vocabulary, rows_from_top
-from equivalence.stats.planner import Budget, plan_budget
-from equivalence.stats.sequential import SequentialHypothesis, SequentialPlan
-from equivalence.stats.warp import SamplingSetting
-from fixtures.routes.base import Request
-from fixtures.routes.errors import RouteError
-from fixtures.routes.timing import unwrap
+from spec_route_suite.equivalence.stats.families import GATE, Evidence, family_weights
+from spec_route_suite.equivalence.stats.multiple import holm
+from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle, covers_vocabulary, rows_from_top
+from spec_route_suite.equivalence.stats.planner import Budget, plan_budget
+from spec_route_suite.equivalence.stats.sequential import SequentialHypothesis, SequentialPlan
+from spec_route_suite.equivalence.stats.warp import SamplingSetting
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.fixtures.routes.timing import unwrap
 
 # The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
 # temperature, where temperature-handling bugs are largest and a sharp model still has entropy to
@@ -159,7 +159,7 @@ def _request(prompt_ids: Sequence[int], setting: SamplingSetting, tokens: int, s
 
 def _plain_hf(route) -> bool:
     """An in-process transformers AR route we may batch (never a wrapper, which could alter outputs)."""
-    from fixtures.routes.hf import HFRoute
+    from spec_route_suite.fixtures.routes.hf import HFRoute
     route = unwrap(route)
     return type(route) is HFRoute and not route.speculative
 
@@ -336,7 +336,7 @@ def plan_route_run(*, baseline, candidate, records, tokenizer, suite_config, set
                    plan: SequentialPlan) -> RoutePlan:
     """Route speed decides prompts and tokens; the baseline's scores (when it gives the whole vocabulary)
     choose the prompts and enable the score-based families; the planner sizes the budget."""
-    from fixtures.prompts.encode import encode_prompt
+    from spec_route_suite.fixtures.prompts.encode import encode_prompt
     all_ids = [encode_prompt(tokenizer, r.text) for r in records]
     serial = RouteArm(candidate, all_ids[:1], tokens=1).serial or RouteArm(baseline, all_ids[:1], tokens=1).serial
     tokens = sample_tokens(candidate.spec, serial=serial)

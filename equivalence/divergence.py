@@ -25,9 +25,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from equivalence.greedy import Divergence
-from fixtures.routes.base import Completion, Request, TokenLogprobs
-from fixtures.routes.errors import CapabilityMissing, RouteError
+from spec_route_suite.equivalence.greedy import Divergence
+from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing, RouteError
 
 NEAR_TIE = "near-tie"
 BUG = "bug"

@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from equivalence.greedy import first_divergence
-from fixtures.routes.base import Request, TokenLogprobs
-from fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.equivalence.greedy import first_divergence
+from spec_route_suite.fixtures.routes.base import Request, TokenLogprobs
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 
 SHOWN = 8
 

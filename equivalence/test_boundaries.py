@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from equivalence.boundaries import VARIANTS, build_cases, run_sweep, speculation_depth
-from fixtures.prompts.encode import encode_prompt
-from fixtures.prompts.records import load_prompt_set
-from fixtures.routes.base import Request
-from reports.findings import Finding
+from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_sweep, speculation_depth
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("boundary")
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from equivalence.distribution import GRID, RouteArm, plan_route_run, run_check, setting_alpha
-from equivalence.stats.families import GATE
-from equivalence.stats.oracle import ProbabilityOracle
-from equivalence.stats.sequential import SequentialPlan
-from equivalence.stats.warp import SamplingSetting
-from fixtures.prompts.records import load_prompt_set
-from reports.findings import Finding
+from spec_route_suite.equivalence.distribution import GRID, RouteArm, plan_route_run, run_check, setting_alpha
+from spec_route_suite.equivalence.stats.families import GATE
+from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
+from spec_route_suite.equivalence.stats.sequential import SequentialPlan
+from spec_route_suite.equivalence.stats.warp import SamplingSetting
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("distribution")
 

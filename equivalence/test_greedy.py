@@ -24,12 +24,12 @@ import dataclasses
 
 import pytest
 
-from equivalence.calibration import near_tie_excess
-from equivalence.divergence import classify_divergence
-from equivalence.greedy import compare_greedy, exposure
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.base import Request
-from reports.findings import Finding
+from spec_route_suite.equivalence.calibration import near_tie_excess
+from spec_route_suite.equivalence.divergence import classify_divergence
+from spec_route_suite.equivalence.greedy import compare_greedy, exposure
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("greedy")
 

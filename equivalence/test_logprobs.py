@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from equivalence.logprobs import baseline_reference, compare_logprobs, summarize
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.base import Request
-from fixtures.routes.errors import CapabilityMissing
-from reports.findings import Finding
+from spec_route_suite.equivalence.logprobs import baseline_reference, compare_logprobs, summarize
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("logprobs")
 

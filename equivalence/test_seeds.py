@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from equivalence.greedy import first_divergence
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.base import Request
-from reports.findings import Finding
+from spec_route_suite.equivalence.greedy import first_divergence
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("seeds")
 

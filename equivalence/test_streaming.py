@@ -16,11 +16,11 @@ from dataclasses import replace
 
 import pytest
 
-from equivalence.divergence import classify_divergence
-from equivalence.greedy import compare_greedy
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.base import Completion, Request
-from reports.findings import Finding
+from spec_route_suite.equivalence.divergence import classify_divergence
+from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("streaming")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from reports.findings import FINDING_PROPERTY, MEASURE_PROPERTY, Finding
+from spec_route_suite.reports.findings import FINDING_PROPERTY, MEASURE_PROPERTY, Finding
 
 WORKER_STATE_KEY = "spec_suite_worker_state"
 CHECK_PROPERTY = "spec_suite_check"

@@ -6,7 +6,7 @@ from collections import Counter
 from html import escape
 from typing import Any
 
-from reports.svg import bar_chart, heatmap, qq_uniform
+from spec_route_suite.reports.svg import bar_chart, heatmap, qq_uniform
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1000px;color:#222}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reports.compare import render_comparison
+from spec_route_suite.reports.compare import render_comparison
 
 MAX_FINDINGS_SHOWN = 50
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlencode
 
-from fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.base import Request
 
 CONCURRENT_ATTEMPTS = 100
 
@@ -188,9 +188,9 @@ Route: {route_desc} (the suite's own reference engine, so this script needs the 
 Sends the exact request(s) concurrently and compares with the expected token ids. Exit 1 when it reproduces.
 """
 import asyncio, json, sys
-from fixtures.routes.base import Request
-from fixtures.routes.registry import build_route
-from fixtures.routes.spec import parse_route_uri
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.registry import build_route
+from spec_route_suite.fixtures.routes.spec import parse_route_uri
 from pathlib import Path
 
 URI = {uri!r}
@@ -277,7 +277,7 @@ def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str,
         base_url = repro["base_url"] if served else spec["base_url"]
         model = (repro.get("model") or spec["model"]) if served else spec["model"]
         if served:
-            route_desc += (f", served over HTTP: start it with `python -m fixtures.servers.inprocess "
+            route_desc += (f", served over HTTP: start it with `python -m spec_route_suite.fixtures.servers.inprocess "
                            f"--route '{_route_uri(spec)}' --port PORT` and set REPRO_BASE_URL")
         payloads = [_openai_payload(r, model) for r in repro["requests"]]
         script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how,

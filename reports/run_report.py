@@ -5,9 +5,9 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Sequence
 
-from reports.acceptance import UNKNOWN, speculation_problems, speculation_status, summed_worker_profile
-from reports.collector import RunCollector
-from reports.parity import parity
+from spec_route_suite.reports.acceptance import UNKNOWN, speculation_problems, speculation_status, summed_worker_profile
+from spec_route_suite.reports.collector import RunCollector
+from spec_route_suite.reports.parity import parity
 
 NOT_VERIFIED_PREFIX = "not verified"
 SERVER_KINDS = ("openai",)   # cumulative /metrics counters (SGLang's are per route object: summed)

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 
-from reports.collector import RunCollector
-from reports.atomic import write_text_atomic
-from reports.compare import append_history, compare_reports, load_report
-from reports.render_html import render_html
-from reports.render_junit import render_junit
-from reports.render_markdown import render_summary
-from reports.repro import write_repro_scripts
-from reports.run_report import build_run_report
+from spec_route_suite.reports.collector import RunCollector
+from spec_route_suite.reports.atomic import write_text_atomic
+from spec_route_suite.reports.compare import append_history, compare_reports, load_report
+from spec_route_suite.reports.render_html import render_html
+from spec_route_suite.reports.render_junit import render_junit
+from spec_route_suite.reports.render_markdown import render_summary
+from spec_route_suite.reports.repro import write_repro_scripts
+from spec_route_suite.reports.run_report import build_run_report
 
 
 def write_run_folder(collector: RunCollector) -> dict:

@@ -20,7 +20,7 @@ ROUTES=routes/vllm-cpu.toml
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 REPORT_DIR=${SPEC_SUITE_VLLM_REPORT_DIR:-reports/out/vllm-cpu-ci/$STAMP}
 WORKERS=${SPEC_SUITE_VLLM_WORKERS:-8}
-SERVERS="python -m fixtures.servers.vllm_cpu --routes $ROUTES"
+SERVERS="python -m spec_route_suite.fixtures.servers.vllm_cpu --routes $ROUTES"
 mkdir -p "$REPORT_DIR"
 TIMINGS="$REPORT_DIR/ci-timings.tsv"
 : > "$TIMINGS"
@@ -76,7 +76,7 @@ echo "== vllm-cpu: route suite against both speculative routes =="
 # the engine does not crash. The hard timeout turns a hung suite into a harness error (exit 124).
 # shellcheck disable=SC2086
 timed route_suite timeout "${SPEC_SUITE_VLLM_SUITE_TIMEOUT:-2400}" \
-    python -m pytest -n "$WORKERS" --routes "$ROUTES" --report-dir "$REPORT_DIR" \
+    spec-route-suite -n "$WORKERS" --routes "$ROUTES" --report-dir "$REPORT_DIR" \
     ${SPEC_SUITE_VLLM_PYTEST_ARGS:---detect-tv 0.1}
 SUITE_RC=$?
 echo "route suite exit code: $SUITE_RC (0 passed, 1 route findings = data about vLLM)"

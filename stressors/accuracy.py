@@ -15,10 +15,10 @@ from typing import Iterable, Mapping
 
 from scipy.stats import fisher_exact
 
-from fixtures.routes.base import Completion
-from stressors.canary import Workload, answer_correct
-from stressors.driver import Outcome
-from stressors.mixing import Attribution, attribute, reliable_canaries
+from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.stressors.canary import Workload, answer_correct
+from spec_route_suite.stressors.driver import Outcome
+from spec_route_suite.stressors.mixing import Attribution, attribute, reliable_canaries
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
-from fixtures.models import corpus
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.base import Completion, Request, TokenIds
+from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
 
 # The corpus's own templates (kind -> drawer, statement, ack, question, reply): the model was trained on them.
 FACTS = corpus._FACTS  # noqa: SLF001 - shared on purpose, see module docstring

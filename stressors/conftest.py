@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from stressors.canary import build_workload, serial_references
-from stressors.driver import budget_for
+from spec_route_suite.stressors.canary import build_workload, serial_references
+from spec_route_suite.stressors.driver import budget_for
 
 STRESS_MAX_TOKENS = 48  # recall answers end within ~16 tokens; code and JSON within ~40
 

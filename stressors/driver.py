@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from fixtures.routes.base import Completion, Request, Route
-from fixtures.routes.errors import RouteError
-from reports.findings import Finding
+from spec_route_suite.fixtures.routes.base import Completion, Request, Route
+from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.reports.findings import Finding
 
 MAX_SUBMISSIONS = 20_000
 ABORTED = "aborted"

@@ -32,11 +32,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from equivalence.divergence import classify_divergence
-from equivalence.greedy import compare_greedy
-from fixtures.routes.base import Completion, Request, TokenIds
-from stressors.canary import Workload, canary_owners, mentions
-from stressors.driver import Outcome
+from spec_route_suite.equivalence.divergence import classify_divergence
+from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
+from spec_route_suite.stressors.canary import Workload, canary_owners, mentions
+from spec_route_suite.stressors.driver import Outcome
 
 FOREIGN_CANARY = "foreign-canary"
 FOREIGN_ANSWER = "closer-to-other-reference"

@@ -15,10 +15,10 @@ import pprint
 from typing import Mapping
 from urllib.parse import urlencode
 
-from fixtures.routes.base import Completion
-from fixtures.routes.spec import RouteSpec
-from stressors.canary import Workload
-from stressors.schedules import Schedule
+from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.fixtures.routes.spec import RouteSpec
+from spec_route_suite.stressors.canary import Workload
+from spec_route_suite.stressors.schedules import Schedule
 
 HTTP_KINDS = ("openai", "sglang")
 
@@ -97,8 +97,8 @@ def build_route():
         module, _, name = ROUTE_FACTORY.partition(":")
         return getattr(importlib.import_module(module), name)()
     from pathlib import Path
-    from fixtures.routes.registry import build_route as build
-    from fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.fixtures.routes.registry import build_route as build
+    from spec_route_suite.fixtures.routes.spec import parse_route_uri
     return build(parse_route_uri("candidate", ROUTE_URI, base=Path.cwd()))
 
 
@@ -107,7 +107,7 @@ class Client:
         self.route = build_route()
 
     async def generate(self, step, tag):
-        from fixtures.routes.base import Request
+        from spec_route_suite.fixtures.routes.base import Request
         req = Request(prompt_ids=tuple(step["prompt_ids"]), max_tokens=SCHEDULE["max_tokens"], temperature=0.0,
                       stream=step["abort_ms"] is not None and self.route.capabilities.stream,
                       request_id=f"{{tag}}-{{step['n']}}-{{step['key']}}")

@@ -19,8 +19,8 @@ from typing import Callable, Sequence
 
 from hypothesis import strategies as st
 
-from stressors.canary import Workload
-from stressors.driver import LoadRun, Submission
+from spec_route_suite.stressors.canary import Workload
+from spec_route_suite.stressors.driver import LoadRun, Submission
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from fixtures.routes.errors import RouteError
-from reports.findings import Finding
-from stressors.canary import mean_latency
-from stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
-from stressors.mixing import detect
+from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.stressors.canary import mean_latency
+from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
+from spec_route_suite.stressors.mixing import detect
 
 pytestmark = pytest.mark.check("aborts")
 HEALTH_TIMEOUT_S = 30.0

@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from reports.findings import Finding
-from stressors.accuracy import fisher_p, flips, sentence, tally
-from stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
-from stressors.canary import mean_latency, renderer
-from stressors.mixing import MixingReport, probe_contexts
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.stressors.accuracy import fisher_p, flips, sentence, tally
+from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
+from spec_route_suite.stressors.canary import mean_latency, renderer
+from spec_route_suite.stressors.mixing import MixingReport, probe_contexts
 
 pytestmark = pytest.mark.check("accuracy")
 MIN_SERIAL_RIGHT = 0.5  # below this the route (or its model) gets too few answers right for flips to be visible

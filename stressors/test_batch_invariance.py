@@ -17,12 +17,12 @@ from dataclasses import replace
 
 import pytest
 
-from equivalence.calibration import derive_threshold
-from equivalence.greedy import first_divergence
-from reports.findings import Finding
-from stressors.canary import mean_latency
-from stressors.driver import Submission, burst, drive_handle, failure_finding, plan
-from stressors.mixing import classify_mismatch
+from spec_route_suite.equivalence.calibration import derive_threshold
+from spec_route_suite.equivalence.greedy import first_divergence
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.stressors.canary import mean_latency
+from spec_route_suite.stressors.driver import Submission, burst, drive_handle, failure_finding, plan
+from spec_route_suite.stressors.mixing import classify_mismatch
 
 pytestmark = pytest.mark.check("batch-invariance")
 NEAR_TIE_TAU = derive_threshold(None)  # the A/A calibration's floor until its fixture is shared beyond equivalence/

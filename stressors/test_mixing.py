@@ -21,14 +21,14 @@ import random
 
 import pytest
 
-from equivalence.calibration import derive_threshold
-from reports.findings import Finding
-from reports.repro import repro_block
-from stressors.canary import mean_latency, renderer
-from stressors.driver import drive_handle, failure_finding, mixed_load, round_robin
-from stressors.mixing import classify_mismatch, detect, merge, probe_contexts, untrusted_references
-from stressors.replay import replay_script
-from stressors.schedules import Schedule, shrink, window_schedule
+from spec_route_suite.equivalence.calibration import derive_threshold
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro import repro_block
+from spec_route_suite.stressors.canary import mean_latency, renderer
+from spec_route_suite.stressors.driver import drive_handle, failure_finding, mixed_load, round_robin
+from spec_route_suite.stressors.mixing import classify_mismatch, detect, merge, probe_contexts, untrusted_references
+from spec_route_suite.stressors.replay import replay_script
+from spec_route_suite.stressors.schedules import Schedule, shrink, window_schedule
 
 pytestmark = pytest.mark.check("mixing")
 SHRINK_SECONDS = 45.0

@@ -14,10 +14,10 @@ import secrets
 
 import pytest
 
-from equivalence.greedy import first_divergence
-from reports.findings import Finding
-from stressors.canary import build_workload
-from stressors.driver import burst, drive_handle, failure_finding, plan
+from spec_route_suite.equivalence.greedy import first_divergence
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.stressors.canary import build_workload
+from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan
 
 pytestmark = pytest.mark.check("prefix-cache")
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-import equivalence.test_boundaries as boundary_suite
-from equivalence.boundaries import (VARIANTS, Case, build_cases, pick_stop_string, pick_stop_token, speculation_depth,
+import spec_route_suite.equivalence.test_boundaries as boundary_suite
+from spec_route_suite.equivalence.boundaries import (VARIANTS, Case, build_cases, pick_stop_string, pick_stop_token, speculation_depth,
                                     violations)
-from fixtures.routes.base import Completion, Request, RouteInventory
+from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory
 from tests.test_greedy_routes import (Rewired, Sink, baseline_handle, handle, prompts, reference_route, suite_config,
                                       tokenizer)
 
@@ -141,7 +141,7 @@ def test_speculation_depth_from_inventory_then_spec_then_default():
 
 
 def replace_spec(**kw):
-    from fixtures.routes.spec import RouteSpec
+    from spec_route_suite.fixtures.routes.spec import RouteSpec
     return RouteSpec(name="c", kind="hf", **kw)
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from equivalence import calibration as calib
-from equivalence.divergence import BUG, NEAR_TIE, UNCLASSIFIED, classify_divergence, margin_verdict
-from equivalence.greedy import compare_greedy
-from fixtures.routes.base import Capabilities, Completion, TokenLogprobs
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.equivalence import calibration as calib
+from spec_route_suite.equivalence.divergence import BUG, NEAR_TIE, UNCLASSIFIED, classify_divergence, margin_verdict
+from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.fixtures.routes.base import Capabilities, Completion, TokenLogprobs
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 from tests.test_greedy_routes import baseline_handle, prompts, tokenizer
 
 EOS = 2

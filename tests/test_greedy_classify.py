@@ -12,10 +12,10 @@ from dataclasses import replace
 
 import pytest
 
-import equivalence.test_greedy as greedy_suite
-from equivalence import calibration as calib
-from fixtures.prompts.encode import encode_prompt
-from fixtures.routes.planted import PlantedDivergenceRoute
+import spec_route_suite.equivalence.test_greedy as greedy_suite
+from spec_route_suite.equivalence import calibration as calib
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.routes.planted import PlantedDivergenceRoute
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, handle, hf_route, prompts,
                                       reference_route, suite_config, tokenizer)
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-import equivalence.test_logprobs as logprob_suite
-from equivalence import calibration as calib
-from equivalence.logprobs import compare_logprobs
-from fixtures.routes.base import TokenLogprobs
+import spec_route_suite.equivalence.test_logprobs as logprob_suite
+from spec_route_suite.equivalence import calibration as calib
+from spec_route_suite.equivalence.logprobs import compare_logprobs
+from spec_route_suite.fixtures.routes.base import TokenLogprobs
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, handle, hf_route, prompts,
                                       reference_route, suite_config, tokenizer)
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-import equivalence.test_seeds as seeds_suite
+import spec_route_suite.equivalence.test_seeds as seeds_suite
 from tests.test_greedy_routes import Rewired, Sink, handle, hf_route, prompts, reference_route, suite_config, tokenizer
 
 

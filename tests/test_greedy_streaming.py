@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-import equivalence.test_streaming as streaming_suite
-from equivalence.test_streaming import stream_problems
-from fixtures.routes.base import Completion
-from equivalence import calibration as calib
-from fixtures.prompts.encode import encode_prompt
+import spec_route_suite.equivalence.test_streaming as streaming_suite
+from spec_route_suite.equivalence.test_streaming import stream_problems
+from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.equivalence import calibration as calib
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, handle, hf_route, prompts,
                                       reference_route, suite_config, tokenizer)
 

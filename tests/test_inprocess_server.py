@@ -24,17 +24,17 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from fixtures.models import TARGET_DIR
-from fixtures.prompts.encode import encode_prompt
-from fixtures.prompts.records import load_prompt_set
-from fixtures.routes.base import AcceptanceSnapshot, Capabilities, Request, RouteInventory
-from fixtures.routes.errors import RouteError
-from fixtures.routes.hf import load_tokenizer
-from fixtures.routes.metrics import acceptance_from_metrics
-from fixtures.routes.registry import build_route
-from fixtures.routes.spec import parse_route_uri
-from fixtures.servers.inprocess import Engine, make_server, serve_in_thread
-from reports.repro import render_repro, repro_block
+from spec_route_suite.fixtures.models import TARGET_DIR
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Capabilities, Request, RouteInventory
+from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.fixtures.routes.hf import load_tokenizer
+from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics
+from spec_route_suite.fixtures.routes.registry import build_route
+from spec_route_suite.fixtures.routes.spec import parse_route_uri
+from spec_route_suite.fixtures.servers.inprocess import Engine, make_server, serve_in_thread
+from spec_route_suite.reports.repro import render_repro, repro_block
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = "reference:?fault=cross_context_mixing&mix_rate=1.0"
@@ -247,7 +247,7 @@ def test_command_line_serves_and_stops_cleanly_on_sigterm():
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        proc = subprocess.Popen([sys.executable, "-m", "fixtures.servers.inprocess", "--route", "reference:",
+        proc = subprocess.Popen([sys.executable, "-m", "spec_route_suite.fixtures.servers.inprocess", "--route", "reference:",
                                  "--port", str(port), "--model-name", "ref"], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"OMP_NUM_THREADS": "1"})
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
 from tests.test_run_folder import CHROMIUM, chromium, secret_routes_file
 
 ROOT = Path(__file__).resolve().parent.parent

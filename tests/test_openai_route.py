@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.routes.base import Request
-from fixtures.routes.errors import (CapabilityMissing, RouteDisconnected, RouteError, RouteHTTPError,
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.errors import (CapabilityMissing, RouteDisconnected, RouteError, RouteHTTPError,
                                     RouteMalformed, RouteTimeout)
-from fixtures.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
-from fixtures.routes.openai import OpenAIRoute, SGLangRoute
-from fixtures.routes.registry import build_route
-from fixtures.routes.spec import RouteSpec, Timeouts
+from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
+from spec_route_suite.fixtures.routes.openai import OpenAIRoute, SGLangRoute
+from spec_route_suite.fixtures.routes.registry import build_route
+from spec_route_suite.fixtures.routes.spec import RouteSpec, Timeouts
 
 from tests.http_fakes import (EOS, RECORDED, FakeServer, free_port, recorded, text_of, toy_generate,
                          toy_logprob, toy_top, write_toy_tokenizer)
@@ -281,7 +281,7 @@ def test_score_server_failure_is_not_a_capability(server, toy_tokenizer):
 # ---- inventory, acceptance, health ----
 
 def test_inventory(server, toy_tokenizer):
-    from fixtures.routes.hf import tokenizer_hash
+    from spec_route_suite.fixtures.routes.hf import tokenizer_hash
     route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
     inv = call(route, "inventory")
     assert route.capabilities.logprobs == 10  # narrowed to the server's max_logprobs

@@ -8,12 +8,12 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
-from fixtures.models import TARGET_DIR
-from fixtures.models.corpus import render_chat
-from fixtures.prompts import build
-from fixtures.prompts.loaders import (gsm8k_final_answer, load_gsm8k, load_humaneval, load_mbpp,
+from spec_route_suite.fixtures.models import TARGET_DIR
+from spec_route_suite.fixtures.models.corpus import render_chat
+from spec_route_suite.fixtures.prompts import build
+from spec_route_suite.fixtures.prompts.loaders import (gsm8k_final_answer, load_gsm8k, load_humaneval, load_mbpp,
                                       load_mt_bench)
-from fixtures.prompts.records import CATEGORIES, DATA_DIR, PromptRecord, load_prompt_set, read_jsonl
+from spec_route_suite.fixtures.prompts.records import CATEGORIES, DATA_DIR, PromptRecord, load_prompt_set, read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_prompt_ends_on_token_boundary(tok, shape):
     a token sequence it never trained on (e.g. a trailing "\\n" merged with indentation)."""
     import random
 
-    from fixtures.models.corpus import MAKERS
+    from spec_route_suite.fixtures.models.corpus import MAKERS
 
     rng = random.Random(11)
     for _ in range(20):

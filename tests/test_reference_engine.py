@@ -16,12 +16,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from fixtures.models import DRAFT_DIR, TARGET_DIR
-from fixtures.prompts.encode import encode_prompt
-from fixtures.prompts.records import load_prompt_set
-from fixtures.routes.base import Request
-from fixtures.routes.errors import RouteTimeout
-from fixtures.routes.spec import ConfigError, RouteSpec, parse_route_uri
+from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.errors import RouteTimeout
+from spec_route_suite.fixtures.routes.spec import ConfigError, RouteSpec, parse_route_uri
 
 K = 4
 MAX_TOKENS = 64
@@ -30,7 +30,7 @@ MAX_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def models():
-    from fixtures.routes.reference.route import load_model
+    from spec_route_suite.fixtures.routes.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR))
 
@@ -44,7 +44,7 @@ def spec_of(name: str = "candidate", **options) -> RouteSpec:
 @pytest.fixture(scope="module")
 def make(models, loop):
     """make(**options) -> a ReferenceRoute sharing the loaded pair (closed at module end)."""
-    from fixtures.routes.reference import ReferenceRoute
+    from spec_route_suite.fixtures.routes.reference import ReferenceRoute
     built = []
 
     def build(**options):
@@ -63,7 +63,7 @@ def ref(make):
 
 @pytest.fixture(scope="module")
 def ar(loop):
-    from fixtures.routes.hf import HFRoute
+    from spec_route_suite.fixtures.routes.hf import HFRoute
     return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
 
 
@@ -198,7 +198,7 @@ def test_acceptance_counters_are_consistent_and_speculation_ran(loop, make, prom
     assert len(per_pos) == K and sum(per_pos) == snap.accepted and snap.draft_tokens == K * snap.drafts
     assert all(a >= b for a, b in zip(per_pos, per_pos[1:])), per_pos
     assert snap.mean_acceptance_length > 1.5, "speculation did not run (acceptance length ~1)"
-    from fixtures.routes.metrics import acceptance_from_metrics
+    from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics
     assert acceptance_from_metrics(route.engine.counters.prometheus()) == loop.run(route.acceptance(), timeout=10)
 
 
@@ -222,7 +222,7 @@ def test_inventory_names_engine_draft_k_and_fault(loop, make):
                                         ("reference:?noise=-1", "candidate.noise"),
                                         ("reference:?fualt=kv_no_rollback", "candidate.fualt")])
 def test_bad_options_name_their_field(uri, field):
-    from fixtures.routes.reference import engine_config_from_spec
+    from spec_route_suite.fixtures.routes.reference import engine_config_from_spec
     with pytest.raises(ConfigError) as err:
         engine_config_from_spec(parse_route_uri("candidate", uri, base=TARGET_DIR))
     assert err.value.field == field
@@ -297,7 +297,7 @@ def test_kv_slot_swap_corrupts_rows_only_in_company(loop, make, prompt_ids, ar_o
 
 
 def test_logit_noise_splits_only_at_near_ties(loop, make, prompt_ids, ar_outputs):
-    from fixtures.routes.reference.faults import FaultConfig
+    from spec_route_suite.fixtures.routes.reference.faults import FaultConfig
     noise = FaultConfig().noise
     route = make(fault="logit_noise", seed=1)
     names = list(prompt_ids)

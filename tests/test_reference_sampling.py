@@ -22,12 +22,12 @@ import torch
 from scipy import stats
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from fixtures.models import DRAFT_DIR, TARGET_DIR
-from fixtures.routes.base import Request
-from fixtures.routes.reference.engine import EngineConfig, SpecEngine
-from fixtures.routes.reference.faults import FaultConfig
-from fixtures.routes.reference.laws import Sampling, bonus_law, fault_first_token_law, processed, tv
-from fixtures.routes.reference.sampling import RowParams, RuleFaults, one_hot, process_logits, sample, verify_block
+from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.reference.engine import EngineConfig, SpecEngine
+from spec_route_suite.fixtures.routes.reference.faults import FaultConfig
+from spec_route_suite.fixtures.routes.reference.laws import Sampling, bonus_law, fault_first_token_law, processed, tv
+from spec_route_suite.fixtures.routes.reference.sampling import RowParams, RuleFaults, one_hot, process_logits, sample, verify_block
 
 ALPHA = 0.01
 GOF_N = 16384          # 2% TV at df 9 (see module docstring)
@@ -169,8 +169,8 @@ def test_greedy_rows_are_one_hot_at_the_raw_argmax():
 def pair():
     if not (TARGET_DIR / "model.safetensors").exists():
         pytest.skip("the embedded models are not trained yet (fixtures/models/target/model.safetensors)")
-    from fixtures.routes.hf import load_tokenizer
-    from fixtures.routes.reference.route import load_model
+    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.fixtures.routes.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR)), load_tokenizer(str(TARGET_DIR))
 
@@ -178,8 +178,8 @@ def pair():
 @pytest.fixture(scope="module")
 def scan(pair):
     """Target and draft logits at every prefix of the fixture prompts (first 96 tokens)."""
-    from fixtures.prompts.encode import encode_prompt
-    from fixtures.prompts.records import load_prompt_set
+    from spec_route_suite.fixtures.prompts.encode import encode_prompt
+    from spec_route_suite.fixtures.prompts.records import load_prompt_set
     target, draft, tok = pair
     rows = []
     with torch.inference_mode():

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fixtures.routes.base import AcceptanceSnapshot
-from reports.acceptance import DID_NOT_RUN, RAN, UNKNOWN, acceptance_profile, speculation_status
-from reports.collector import CheckOutcome, RunCollector, WorkerState
-from reports.parity import parity
-from reports.redact import Redactor
-from reports.render_markdown import render_summary
-from reports.run_report import build_run_report
+from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
+from spec_route_suite.reports.acceptance import DID_NOT_RUN, RAN, UNKNOWN, acceptance_profile, speculation_status
+from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
+from spec_route_suite.reports.parity import parity
+from spec_route_suite.reports.redact import Redactor
+from spec_route_suite.reports.render_markdown import render_summary
+from spec_route_suite.reports.run_report import build_run_report
 
 INVENTORY = {"engine": "transformers", "model": "target", "tokenizer_hash": "abc", "dtype": "float32",
              "max_model_len": 512, "speculation": {"method": "assisted_generation"}, "extra": {}}
@@ -95,7 +95,7 @@ def test_baseline_parity_warns_on_anything_but_speculation(tmp_path):
 
 
 def test_server_memory_gauges_are_read_from_metrics_text():
-    from fixtures.servers import _gauges
+    from spec_route_suite.fixtures.servers import _gauges
     text = ("# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 3.2e+09\n"
             'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25\nnot a sample\n')
     assert _gauges(text) == {"resident_memory_mib": 3051.8, "kv_cache_usage": 0.25}

@@ -5,18 +5,18 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from reports.collector import RunCollector, CheckOutcome, WorkerState
-from reports.compare import compare_reports
-from reports.findings import Finding
-from reports.redact import Redactor
-from reports.render_html import render_html
-from reports.render_junit import render_junit
-from reports.render_markdown import render_summary
-from reports.run_report import build_run_report, verdict_of
-from reports.writer import write_run_folder
-from fixtures.routes.base import AcceptanceSnapshot, Request
-from reports.acceptance import acceptance_profile
-from reports.repro import repro_block
+from spec_route_suite.reports.collector import RunCollector, CheckOutcome, WorkerState
+from spec_route_suite.reports.compare import compare_reports
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.redact import Redactor
+from spec_route_suite.reports.render_html import render_html
+from spec_route_suite.reports.render_junit import render_junit
+from spec_route_suite.reports.render_markdown import render_summary
+from spec_route_suite.reports.run_report import build_run_report, verdict_of
+from spec_route_suite.reports.writer import write_run_folder
+from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Request
+from spec_route_suite.reports.acceptance import acceptance_profile
+from spec_route_suite.reports.repro import repro_block
 
 SECRET = "sk-planted-secret-0123456789"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.config import suite_config_from_options
-from fixtures.routes.spec import (EMBEDDED_MODELS, ConfigError, load_routes_file, parse_route_uri,
+from spec_route_suite.fixtures.config import suite_config_from_options
+from spec_route_suite.fixtures.routes.spec import (EMBEDDED_MODELS, ConfigError, load_routes_file, parse_route_uri,
                                   spec_from_table)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,12 +120,12 @@ draft = "{EMBEDDED_MODELS / 'draft'}"
 
 def test_suite_options_are_validated():
     with pytest.raises(ConfigError) as excinfo:
-        suite_config_from_options({"greedy_policy": "lenient"}, rootdir=ROOT, environ={})
+        suite_config_from_options({"greedy_policy": "lenient"}, invocation_dir=ROOT, environ={})
     assert field_of(excinfo) == "greedy-policy"
     with pytest.raises(ConfigError) as excinfo:
-        suite_config_from_options({"routes": "x.toml", "candidate": "hf:x"}, rootdir=ROOT, environ={})
+        suite_config_from_options({"routes": "x.toml", "candidate": "hf:x"}, invocation_dir=ROOT, environ={})
     assert field_of(excinfo) == "routes"
-    config = suite_config_from_options({}, rootdir=ROOT, environ={})
+    config = suite_config_from_options({}, invocation_dir=ROOT, environ={})
     assert config.routes.baseline.kind == "hf" and config.routes.candidates[0].draft
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
 from tests.test_reports import greedy_finding, make_collector
-from reports.collector import CheckOutcome
-from reports.writer import write_run_folder
+from spec_route_suite.reports.collector import CheckOutcome
+from spec_route_suite.reports.writer import write_run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-test-planted-key-5f2c9a"

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from equivalence.distribution import GRID, gate_level, run_check, setting_alpha
-from equivalence.stats.oracle import ProbabilityOracle
-from equivalence.stats.planner import plan_budget
-from equivalence.stats.sequential import SequentialPlan
-from fixtures.routes.synthetic import FAULTS, SyntheticModel
+from spec_route_suite.equivalence.distribution import GRID, gate_level, run_check, setting_alpha
+from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
+from spec_route_suite.equivalence.stats.planner import plan_budget
+from spec_route_suite.equivalence.stats.sequential import SequentialPlan
+from spec_route_suite.fixtures.routes.synthetic import FAULTS, SyntheticModel
 
 ALPHA = 0.01
 PLAN = SequentialPlan()

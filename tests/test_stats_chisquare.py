@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from equivalence.stats.chisquare import (goodness_of_fit, goodness_of_fit_stratum, permutation_pvalue,
+from spec_route_suite.equivalence.stats.chisquare import (goodness_of_fit, goodness_of_fit_stratum, permutation_pvalue,
                                          two_sample_chisquare, two_sample_stratum)
 
 

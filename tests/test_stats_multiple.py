@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from equivalence.stats.multiple import benjamini_hochberg, holm
+from spec_route_suite.equivalence.stats.multiple import benjamini_hochberg, holm
 
 
 def test_holm_matches_a_hand_worked_example():

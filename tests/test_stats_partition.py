@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from equivalence.stats.partition import MAX_CELLS, MIN_POOLED_COUNT, build_partition
-from equivalence.stats.warp import SamplingSetting
-from fixtures.routes.synthetic import SyntheticModel
+from spec_route_suite.equivalence.stats.partition import MAX_CELLS, MIN_POOLED_COUNT, build_partition
+from spec_route_suite.equivalence.stats.warp import SamplingSetting
+from spec_route_suite.fixtures.routes.synthetic import SyntheticModel
 
 T1 = SamplingSetting("t1", 1.0)
 

@@ -7,10 +7,10 @@ import torch
 from scipy import stats
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from equivalence.stats.pit import anderson_darling_pvalue, anderson_darling_statistic, uniformity
-from equivalence.stats.positions import summarize
-from equivalence.stats.warp import SamplingSetting, processed_probs
-from equivalence.stats.ztests import TokenZTests
+from spec_route_suite.equivalence.stats.pit import anderson_darling_pvalue, anderson_darling_statistic, uniformity
+from spec_route_suite.equivalence.stats.positions import summarize
+from spec_route_suite.equivalence.stats.warp import SamplingSetting, processed_probs
+from spec_route_suite.equivalence.stats.ztests import TokenZTests
 
 SETTINGS = [SamplingSetting("t1", 1.0), SamplingSetting("t07", 0.7, top_p=0.9, top_k=50),
             SamplingSetting("t13k5", 1.3, top_k=5), SamplingSetting("p05", 1.0, top_p=0.5)]
@@ -34,7 +34,7 @@ def test_processed_probs_match_transformers_warpers(setting):
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.name for s in SETTINGS])
 def test_processed_probs_match_the_reference_engine(setting):
-    from fixtures.routes.reference.sampling import RowParams, process_logits
+    from spec_route_suite.fixtures.routes.reference.sampling import RowParams, process_logits
     logits = torch.randn(8, 512, generator=torch.Generator().manual_seed(1)) * 3
     params = RowParams.of([(setting.temperature, setting.top_k, setting.top_p)] * 8)
     theirs = process_logits(logits.unsqueeze(1), params)[:, 0].double().numpy()

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from equivalence.stats import planner
+from spec_route_suite.equivalence.stats import planner
 
 ALPHA, POWER = 0.01, 0.9
 

@@ -5,18 +5,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from equivalence.distribution import (GRID, RouteArm, RouteScorer, gate_level, position_entropies, run_check,
+from spec_route_suite.equivalence.distribution import (GRID, RouteArm, RouteScorer, gate_level, position_entropies, run_check,
                                       select_prompts, setting_alpha)
-from equivalence.stats.oracle import ProbabilityOracle
-from equivalence.stats.planner import plan_budget
-from equivalence.stats.sequential import SequentialPlan
-from fixtures.prompts.encode import encode_prompt
-from fixtures.prompts.records import load_prompt_set
-from fixtures.routes.base import Request
-from fixtures.routes.loop import BackgroundLoop
-from fixtures.routes.registry import build_route
-from fixtures.routes.spec import default_baseline
-from fixtures.session import RouteHandle
+from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
+from spec_route_suite.equivalence.stats.planner import plan_budget
+from spec_route_suite.equivalence.stats.sequential import SequentialPlan
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.loop import BackgroundLoop
+from spec_route_suite.fixtures.routes.registry import build_route
+from spec_route_suite.fixtures.routes.spec import default_baseline
+from spec_route_suite.fixtures.session import RouteHandle
 
 ALPHA = 0.01
 PLAN = SequentialPlan()
@@ -61,8 +61,8 @@ def test_batched_sampling_matches_one_request_at_a_time(hf):
     single = [handle.generate(Request(prompt_ids=ids[prompt], max_tokens=TOKENS, temperature=setting.temperature,
                                       top_p=setting.top_p, top_k=setting.top_k, seed=10_000 + i)).token_ids
               for i in range(100)]
-    from equivalence.stats.chisquare import two_sample_chisquare
-    from equivalence.stats.partition import build_partition
+    from spec_route_suite.equivalence.stats.chisquare import two_sample_chisquare
+    from spec_route_suite.equivalence.stats.partition import build_partition
     part = build_partition(batched + [tuple(s) for s in single], max_depth=TOKENS)
     result = two_sample_chisquare([np.vstack([part.counts(batched), part.counts(single)])])
     assert result.pvalue > 1e-3, (result, part.describe())

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from equivalence.stats.planner import required_noncentrality
-from equivalence.stats.sequential import PairBettingTest, SequentialHypothesis, SequentialPlan
+from spec_route_suite.equivalence.stats.planner import required_noncentrality
+from spec_route_suite.equivalence.stats.sequential import PairBettingTest, SequentialHypothesis, SequentialPlan
 
 PLAN = SequentialPlan()
 GATE_LEVEL = 0.01 / 3 * 0.8  # alpha .01, three grid settings, gate weight .8 (distribution.gate_level)

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-import fixtures.session as session
-import stressors.test_aborts as aborts
-from fixtures.routes.errors import RouteDisconnected
-from fixtures.routes.loop import BackgroundLoop
-from fixtures.routes.spec import RouteSpec
-from fixtures.session import RouteHandle
-from stressors.canary import build_workload, serial_references
-from stressors.driver import budget_for
+import spec_route_suite.fixtures.session as session
+import spec_route_suite.stressors.test_aborts as aborts
+from spec_route_suite.fixtures.routes.errors import RouteDisconnected
+from spec_route_suite.fixtures.routes.loop import BackgroundLoop
+from spec_route_suite.fixtures.routes.spec import RouteSpec
+from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.stressors.canary import build_workload, serial_references
+from spec_route_suite.stressors.driver import budget_for
 from test_stressors_fakes import CharTokenizer, OracleRoute
 
 

@@ -15,8 +15,8 @@ import re
 import time
 from dataclasses import replace
 
-from fixtures.models import corpus
-from fixtures.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, RouteInventory
+from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, RouteInventory
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>")
 EOS_ID, USER_ID = 2, 4

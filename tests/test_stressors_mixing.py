@@ -6,10 +6,10 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from fixtures.routes.base import Completion
-from stressors.canary import build_workload, renderer, serial_references
-from stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
-from stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,
+from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.stressors.canary import build_workload, renderer, serial_references
+from spec_route_suite.stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
+from spec_route_suite.stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,
                               probe_contexts, untrusted_references)
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute
 

@@ -19,26 +19,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures.models import DRAFT_DIR, TARGET_DIR
-from fixtures.routes.loop import BackgroundLoop
-from fixtures.session import RouteHandle
-from stressors.canary import build_workload, mean_latency, renderer, serial_references
-from stressors.conftest import STRESS_MAX_TOKENS
-from stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin
-from stressors.mixing import FOREIGN_ANSWER, detect, probe_contexts
+from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.fixtures.routes.loop import BackgroundLoop
+from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.stressors.canary import build_workload, mean_latency, renderer, serial_references
+from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS
+from spec_route_suite.stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin
+from spec_route_suite.stressors.mixing import FOREIGN_ANSWER, detect, probe_contexts
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINED = all((d / "model.safetensors").exists() for d in (TARGET_DIR, DRAFT_DIR))
-pytestmark = pytest.mark.skipif(not TRAINED, reason="embedded models not trained yet (python -m fixtures.models.train)")
+pytestmark = pytest.mark.skipif(not TRAINED, reason="embedded models not trained yet (python -m spec_route_suite.fixtures.models.train)")
 POOL = 48
 LOAD = 384
 
 
 @pytest.fixture(scope="module")
 def bench():
-    from fixtures.routes.hf import load_tokenizer
-    from fixtures.routes.reference.route import ReferenceRoute, load_model
-    from fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.fixtures.routes.reference.route import ReferenceRoute, load_model
+    from spec_route_suite.fixtures.routes.spec import parse_route_uri
 
     torch.set_num_threads(1)
     loop = BackgroundLoop()

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 
-from fixtures.routes.spec import RouteSpec
-from stressors.canary import build_workload, serial_references
-from stressors.driver import drive
-from stressors.mixing import detect
-from stressors.replay import replay_script, route_uri
-from stressors.schedules import Schedule, Step, batch_mixes, schedules, shrink, window_schedule
+from spec_route_suite.fixtures.routes.spec import RouteSpec
+from spec_route_suite.stressors.canary import build_workload, serial_references
+from spec_route_suite.stressors.driver import drive
+from spec_route_suite.stressors.mixing import detect
+from spec_route_suite.stressors.replay import replay_script, route_uri
+from spec_route_suite.stressors.schedules import Schedule, Step, batch_mixes, schedules, shrink, window_schedule
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute, oracle_answer
 
 ROOT = Path(__file__).resolve().parent.parent

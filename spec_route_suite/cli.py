@@ -1,0 +1,39 @@
+"""`spec-route-suite`: run the route suite from any directory, with any pytest options.
+
+pytest picks its rootdir and conftest files from the command line's path arguments before any
+plugin can say which options take values: `pytest --report-dir /tmp/out` with an existing folder
+makes /tmp/out the rootdir and the suite's options unknown. This command fixes the rootdir, the
+ini file and the plugin up front, so `--report-dir DIR`, `--report-dir=DIR`, `--routes FILE` and
+`--routes=FILE` mean the same from anywhere; with no test path the route suite itself runs.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+PLUGIN = "spec_route_suite.plugin"
+INI = Path(__file__).resolve().parent / "pytest.ini"
+
+
+def suite_root() -> Path:
+    """The folder holding equivalence/ and stressors/: the checkout, or the installed package."""
+    import spec_route_suite.equivalence as equivalence
+    return Path(equivalence.__file__).resolve().parent.parent
+
+
+def suite_test_paths() -> list[str]:
+    root = suite_root()
+    return [str(root / "equivalence"), str(root / "stressors")]
+
+
+def pytest_args(argv: list[str]) -> list[str]:
+    return ["-p", PLUGIN, "--rootdir", str(suite_root()), "-c", str(INI), *argv]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pytest
+    return int(pytest.main(pytest_args(list(sys.argv[1:] if argv is None else argv))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The suite's pytest plugin: options, route fixtures, report wiring. It wires; it does not compute.
+
+Loaded by the checkout's conftest.py (`pytest -n 8` in the repository) and by `spec-route-suite`
+(`-p spec_route_suite.plugin`, from anywhere); it is not a pytest11 entry point, so other projects'
+test runs in the same environment never see its options, its run folder or a torch import.
+
+Configuration is parsed once here (pytest_configure) into a frozen SuiteConfig stored on
+the pytest config; fixtures hand its parts down. A bad value exits with code 4 naming the field.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY, SuiteConfig, suite_config_from_options
+from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.fixtures.routes.spec import ConfigError
+from spec_route_suite.reports.collector import WORKER_STATE_KEY, RunCollector, check_of, new_run_id
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.redact import Redactor
+from spec_route_suite.reports.writer import write_run_folder
+
+CONFIG_KEY = SUITE_CONFIG_KEY
+COLLECTOR_KEY = pytest.StashKey[RunCollector]()
+SERVERS_KEY = pytest.StashKey[object]()   # fixtures.servers.ManagedServers | None, controller only
+RUN_ID_INPUT = "spec_suite_run_id"
+INVOCATION_DIR_INPUT = "spec_suite_invocation_dir"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("spec-suite", "speculative route qualification")
+    group.addoption("--baseline", help="baseline (AR) route URI, e.g. hf:PATH or openai:http://host:port/v1?model=NAME")
+    group.addoption("--candidate", help="candidate (speculative) route URI, e.g. hf:PATH?draft=PATH&num_assistant_tokens=4")
+    group.addoption("--routes", help="TOML file with [baseline] and [candidate] / [candidates.NAME] tables")
+    group.addoption("--report-dir", dest="report_dir", help="where run folders go (default reports/out)")
+    group.addoption("--greedy-policy", dest="greedy_policy", help="strict (any divergence fails) or classify")
+    group.addoption("--max-new-tokens", dest="max_new_tokens", help="tokens generated per greedy prompt (default 64)")
+    group.addoption("--prompt-limit", dest="prompt_limit", help="at most this many prompts per category")
+    group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long)")
+    group.addoption("--compare-to", dest="compare_to", help="a previous run folder: list new, fixed and still-failing findings")
+    group.addoption("--near-tie-tau", dest="near_tie_tau",
+                    help="pin the near-tie margin tau in nats (default: from the A/A calibration)")
+    group.addoption("--vllm", action="store_true", default=False,
+                    help="self-tests: also run the vLLM-for-CPU integration tests (installs and starts servers)")
+    group.addoption("--torch-threads", dest="torch_threads", help="torch threads per worker (default 1)")
+    group.addoption("--concurrency", help="concurrency levels for stressors (default 1,8,32)")
+    group.addoption("--alpha", help="family-wise false-alarm rate of the statistical tests (default 0.01)")
+    group.addoption("--detect-tv", dest="detect_tv", help="smallest TV shift the sampling budget must detect (default 0.05)")
+    group.addoption("--samples-per-prompt", dest="samples_per_prompt", help="override the planner's samples per prompt")
+    group.addoption("--seed", help="run seed for sampling arms and schedules (default 0)")
+    group.addoption("--stress-requests", dest="stress_requests", help="requests per stressor (default: built-in budget)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "check(name): the check family a route-suite test belongs to")
+    _route_suite_by_default(config)
+    options = {name: config.getoption(name) for name in (
+        "baseline", "candidate", "routes", "report_dir", "greedy_policy", "max_new_tokens", "prompt_limit",
+        "categories", "torch_threads", "concurrency", "alpha", "detect_tv", "samples_per_prompt", "seed",
+        "stress_requests", "compare_to", "near_tie_tau")}
+    workerinput = getattr(config, "workerinput", None)
+    invocation_dir = Path(workerinput[INVOCATION_DIR_INPUT]) if workerinput else config.invocation_params.dir
+    try:
+        suite = suite_config_from_options(options, invocation_dir=invocation_dir)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"bad configuration: {exc}") from None
+    config.stash[CONFIG_KEY] = suite
+    run_id = workerinput[RUN_ID_INPUT] if workerinput else new_run_id()
+    collector = RunCollector(run_dir=suite.report_dir / run_id, run_id=run_id, config_public=suite.public_dict(),
+                             compare_to=suite.compare_to, report_dir=suite.report_dir,
+                             redact=Redactor(suite.routes.secrets()), is_worker=workerinput is not None,
+                             worker_id=workerinput["workerid"] if workerinput else "main")
+    config.stash[COLLECTOR_KEY] = collector
+    config.pluginmanager.register(collector, "spec-suite-collector")
+    import torch  # deferred: option parsing and usage errors stay fast
+    torch.set_num_threads(suite.torch_threads)
+
+
+def _route_suite_by_default(config: pytest.Config) -> None:
+    """No test path given, from a folder outside the suite (a nightly job's workspace): run the route
+    suite, not whatever tests that folder holds. Inside the checkout pytest's own rules apply."""
+    if config.args_source is not pytest.Config.ArgsSource.INVOCATION_DIR:
+        return
+    from spec_route_suite.cli import suite_root, suite_test_paths
+    if config.invocation_params.dir.resolve().is_relative_to(suite_root()):
+        return
+    config.args[:] = suite_test_paths()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller -> worker: every worker writes into the same run."""
+    node.workerinput[RUN_ID_INPUT] = node.config.stash[COLLECTOR_KEY].run_id
+    node.workerinput[INVOCATION_DIR_INPUT] = str(node.config.invocation_params.dir)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    suite = metafunc.config.stash[CONFIG_KEY]
+    if "candidate" in metafunc.fixturenames:
+        names = [c.name for c in suite.routes.candidates]
+        metafunc.parametrize("candidate", names, indirect=True, ids=names, scope="session")
+    if "prompt" in metafunc.fixturenames:
+        from spec_route_suite.fixtures.prompts.records import load_prompt_set
+        prompts = _limit(load_prompt_set(suite.categories), suite.prompt_limit)
+        metafunc.parametrize("prompt", prompts, ids=[p.id for p in prompts])
+
+
+def _limit(prompts, limit):
+    if limit is None:
+        return prompts
+    seen: dict[str, int] = {}
+    kept = []
+    for prompt in prompts:
+        seen[prompt.category] = seen.get(prompt.category, 0) + 1
+        if seen[prompt.category] <= limit:
+            kept.append(prompt)
+    return kept
+
+
+@pytest.fixture(scope="session")
+def suite_config(pytestconfig: pytest.Config) -> SuiteConfig:
+    return pytestconfig.stash[CONFIG_KEY]
+
+
+@pytest.fixture(scope="session")
+def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
+    from spec_route_suite.fixtures.session import RouteSession
+    routes = suite_config.routes
+    session = RouteSession((routes.baseline, *routes.candidates), suite_config.request_timeout_s)
+    yield session
+    collector = pytestconfig.stash[COLLECTOR_KEY]
+    for name, handle in session.built().items():
+        collector.worker_state.latency[name] = list(handle.route.samples)
+        try:
+            if name not in collector.worker_state.inventories:
+                collector.worker_state.inventories[name] = handle.inventory().__dict__
+            snapshot = handle.acceptance()
+            if snapshot is not None:
+                collector.worker_state.acceptance[name] = {**snapshot.__dict__, "accepted_per_pos": list(snapshot.accepted_per_pos)}
+        except (RouteError, OSError) as exc:
+            collector.worker_state.notes.append(f"{name}: inventory unavailable: {exc}")
+    from spec_route_suite.fixtures.session import peak_rss_mib
+    collector.worker_state.memory["peak_rss_mib"] = peak_rss_mib()
+    session.close()
+
+
+@pytest.fixture(scope="session")
+def baseline(pytestconfig: pytest.Config, route_session, suite_config: SuiteConfig):
+    return _with_inventory(pytestconfig, route_session.handle(suite_config.routes.baseline.name))
+
+
+@pytest.fixture(scope="session")
+def candidate(request: pytest.FixtureRequest, pytestconfig: pytest.Config, route_session):
+    return _with_inventory(pytestconfig, route_session.handle(request.param))
+
+
+def _with_inventory(config: pytest.Config, handle):
+    """The route's inventory at first use, while it is surely alive (an engine may die mid-run)."""
+    state = config.stash[COLLECTOR_KEY].worker_state
+    if handle.name not in state.inventories:
+        try:
+            state.inventories[handle.name] = handle.inventory().__dict__
+        except (RouteError, OSError) as exc:
+            state.notes.append(f"{handle.name}: inventory unavailable at first use: {exc}")
+    return handle
+
+
+@pytest.fixture(scope="session")
+def tokenizer(suite_config: SuiteConfig):
+    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    spec = suite_config.routes.baseline
+    return load_tokenizer(spec.tokenizer or spec.model)
+
+
+class FindingSink:
+    """What a test uses to report a finding; the finding reaches the run folder from any worker."""
+
+    def __init__(self, collector: RunCollector, item: pytest.Item):
+        self._collector = collector
+        self._item = item
+        self.items: list[Finding] = []
+
+    def add(self, finding: Finding) -> Finding:
+        self._collector.record(self._item, finding)
+        self.items.append(finding)
+        return finding
+
+    def measure(self, kind: str, **data) -> None:
+        """Record a measurement for the report (e.g. kind="p_value", value=0.3, test="chi2")."""
+        self._collector.measure(self._item, kind, data)
+
+
+@pytest.fixture
+def findings(request: pytest.FixtureRequest) -> FindingSink:
+    return FindingSink(request.config.stash[COLLECTOR_KEY], request.node)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A route failure (HTTP error, timeout, dead connection) anywhere in a test becomes a finding."""
+    excinfo = call.excinfo
+    if excinfo is not None and isinstance(excinfo.value, RouteError) and check_of(item):
+        error = excinfo.value
+        item.config.stash[COLLECTOR_KEY].record(item, Finding(
+            check=check_of(item), severity="error", title=error.describe()[:300], route=error.route or "unknown",
+            details={"error_kind": error.kind, "request_id": error.request_id, "detail": error.detail[:2000],
+                     "phase": call.when}))
+    yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Controller only, before any worker starts: managed servers up once for the whole run, and the
+    HTTP routes' acceptance counters snapshotted (the run's profile is the difference at the end)."""
+    config = session.config
+    if getattr(config, "workerinput", None) is not None or config.option.collectonly:
+        return
+    from spec_route_suite.fixtures.servers import ServerError, start_managed_servers
+    suite = config.stash[CONFIG_KEY]
+    try:
+        config.stash[SERVERS_KEY] = start_managed_servers(suite.routes, suite.routes_file, log=_log)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"bad configuration: {exc}") from None
+    except ServerError as exc:  # the routes stay unreachable: every test turns that into a finding
+        config.stash[COLLECTOR_KEY].worker_state.notes.append(f"managed servers did not start: {exc}")
+        _log(f"spec-suite: managed servers did not start: {exc}")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _finish_servers(config: pytest.Config, collector: RunCollector) -> None:
+    """The run's server-side acceptance profile and launch settings, then stop what this run started."""
+    servers = config.stash.get(SERVERS_KEY, None)
+    if servers is None:
+        return
+    config.stash[SERVERS_KEY] = None
+    from spec_route_suite.fixtures.servers import server_memory
+    try:
+        collector.server_acceptance = servers.acceptance_delta()
+        collector.server_launch = servers.launch_info()
+        collector.server_memory = server_memory(servers.specs.values())
+    finally:
+        stopped = servers.release(_log)
+        if stopped:
+            collector.worker_state.notes.append(f"stopped the servers this run started: {', '.join(stopped)}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    collector = session.config.stash.get(COLLECTOR_KEY, None)
+    if collector is None:
+        return
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_STATE_KEY] = collector.worker_state.to_json()
+        return
+    _finish_servers(session.config, collector)
+    if collector.active and not session.config.option.collectonly:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            collector.interrupted = True
+        collector.worker_states = collector.worker_states or [collector.worker_state.__dict__]
+        write_run_folder(collector)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Backstop: servers this run started are stopped even when the session never finished."""
+    servers = config.stash.get(SERVERS_KEY, None) if hasattr(config, "stash") else None
+    if servers is not None:
+        config.stash[SERVERS_KEY] = None
+        servers.release(_log)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None and collector.active and not collector.is_worker:
+        terminalreporter.write_sep("-", f"spec-suite run folder: {collector.run_dir}")
