@@ -34,6 +34,3 @@ def main(argv: list[str] | None = None) -> int:
     import pytest
     return int(pytest.main(pytest_args(list(sys.argv[1:] if argv is None else argv))))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

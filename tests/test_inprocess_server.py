@@ -232,7 +232,7 @@ def test_repro_template_choice_and_attempt_defaults():
     assert "ATTEMPTS = 1" in render_repro(finding, serial, ref)[0]
     in_process = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8)
     ref_script, ref_curl = render_repro(finding, in_process, ref)
-    assert "from fixtures.routes.registry import build_route" in ref_script and ref_curl is None
+    assert "from spec_route_suite.fixtures.routes.registry import build_route" in ref_script and ref_curl is None
     hf_script, hf_curl = render_repro(finding, in_process, hf)
     assert 'req.get("top_k") or 0' in hf_script and 'req.get("top_p", 1.0)' in hf_script and hf_curl is None
     compile(hf_script, "hf_repro.py", "exec")

@@ -135,3 +135,18 @@ def test_command_line_bad_kind_exits_4_with_one_line_naming_the_field():
     assert result.returncode == 4, result.stdout + result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "candidate.kind" in lines[0], result.stderr
+
+
+def test_paths_are_from_the_invocation_folder_and_presets_are_found_by_name(tmp_path):
+    """Run from a nightly job's workspace: relative --routes/--report-dir are from there; `--routes vllm-cpu`
+    names the preset shipped with the suite when no such file is in that folder."""
+    (tmp_path / "mine.toml").write_text('[baseline]\nkind = "reference"\n\n[candidate]\nkind = "reference"\n')
+    config = suite_config_from_options({"routes": "mine.toml", "report_dir": "out"}, invocation_dir=tmp_path, environ={})
+    assert config.routes_file == (tmp_path / "mine.toml").resolve() and config.report_dir == tmp_path / "out"
+    assert suite_config_from_options({}, invocation_dir=tmp_path, environ={}).report_dir == tmp_path / "reports" / "out"
+    preset = suite_config_from_options({"routes": "vllm-cpu"}, invocation_dir=tmp_path, environ={})
+    assert preset.routes_file == (ROOT / "routes" / "vllm-cpu.toml").resolve()
+    assert [c.name for c in preset.routes.candidates] == ["ngram", "draft_model"]
+    with pytest.raises(ConfigError) as excinfo:
+        suite_config_from_options({"routes": "no-such-preset"}, invocation_dir=tmp_path, environ={})
+    assert field_of(excinfo) == "routes"

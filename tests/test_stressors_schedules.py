@@ -178,7 +178,7 @@ def test_http_replay_script_needs_only_httpx(tmp_path, mixing, code):
                          base_url=f"http://127.0.0.1:{server.server_address[1]}/v1")
         script = replay_script(title="http mix", schedule=MINIMAL, workload=WORKLOAD, references=REFS, spec=spec,
                                max_tokens=64, repeats=2)
-        assert "import fixtures" not in script and "from fixtures" not in script
+        assert "spec_route_suite" not in script and "import fixtures" not in script and "from fixtures" not in script
         done = run_script(tmp_path, script)
         assert done.returncode == code, done.stdout + done.stderr
     finally:
