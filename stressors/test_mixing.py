@@ -49,9 +49,9 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                                  stress_max_tokens, suite_config, findings):
     budget, workload, refs = stress_budget, stress_workload, stress_references
     text_level = is_text_level(*refs.values())
-    level, suffix = level_details(text_level), title_suffix(text_level=text_level)
+    comparison, suffix = level_details(text_level), title_suffix(text_level=text_level)
     if text_level:
-        findings.measure("comparison", check="mixing", route=candidate.name, **level)
+        findings.measure("comparison", check="mixing", route=candidate.name, **comparison)
     rng = random.Random(f"mixing-{suite_config.seed}")
     latency = mean_latency(refs)
     before = candidate.acceptance()
@@ -86,7 +86,7 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
     details = {"budget": budget.describe(), "requests_checked": total.checked, "per_level": per_level,
                "pool": len(workload.items), "max_tokens": stress_max_tokens,
                "runs": [r.describe() for r in runs], "serial_mean_latency_s": round(latency, 4),
-               "mean_acceptance_length_under_load": acceptance, **level}
+               "mean_acceptance_length_under_load": acceptance, **comparison}
     findings.add(Finding(check="mixing", severity="info", route=candidate.name, details=details,
                          title=f"mixing: {total.checked} outputs checked against serial references ({per_level}); "
                                f"{len(total.contaminated)} contaminated; budget: {budget.describe()}{suffix}"))

@@ -15,17 +15,20 @@ import asyncio
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.equivalence.test_streaming import accounting_problems, delivery_differences
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.hf import load_tokenizer
 from spec_route_suite.fixtures.routes.openai import OpenAIRoute
 from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, parse_route_uri
-from spec_route_suite.fixtures.routes.textlevel import TEXT_LEVEL
+from spec_route_suite.fixtures.routes.textlevel import BLIND, TEXT_LEVEL, aligned, describe, retokenize
 from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +39,12 @@ EQUIVALENCE_ARGS = ("-k", "not near_tie", "--prompt-limit", "1", "--categories",
 MIXING_ARGS = ("stressors/test_mixing.py", "--concurrency", "8", "--stress-requests", "100")
 MIXING_FAULT = "reference:?fault=cross_context_mixing&mix_rate=0.1"
 PLANTED_AT = 3
+REQUEST_TIMEOUT_S = 300   # the in-process engine shares 2 cores with everything else running
 
 
 def candidate_uri(base_url: str, *extra: str) -> str:
-    return "&".join([f"openai:{base_url}?model={MODEL}", f"tokenizer={TARGET}", *extra])
+    return "&".join([f"openai:{base_url}?model={MODEL}", f"tokenizer={TARGET}", f"timeout={REQUEST_TIMEOUT_S}",
+                     *extra])
 
 
 def run_suite(tmp_path: Path, name: str, served: str, *args: str, plant: str | None = None,
@@ -51,7 +56,7 @@ def run_suite(tmp_path: Path, name: str, served: str, *args: str, plant: str | N
         done = subprocess.run([sys.executable, "-m", "pytest", *args, "--baseline", f"hf:{TARGET}",
                                "--candidate", candidate, "--report-dir", str(tmp_path / name),
                                "-p", "no:cacheprovider", "-q"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+                              cwd=ROOT, capture_output=True, text=True, timeout=1800)
     finally:
         stop()
     report = json.loads(next((tmp_path / name).glob("*/report.json")).read_text())
@@ -62,14 +67,18 @@ def comparisons(report: dict) -> list[dict]:
     return report.get("measurements", {}).get("comparison", [])
 
 
-def no_route_errors(report: dict) -> bool:
-    return not [f for f in report["findings"] if f["severity"] == "error"]
+def suite_caused_errors(report: dict) -> list[str]:
+    """Route errors other than timeouts (this shared 2-core machine may answer late under load): a refused
+    request, an answer the adapter could not read, a capability the suite wrongly assumed."""
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    kinds = [{f["details"].get("error_kind")} | {x["kind"] for x in f["details"].get("failures", [])} for f in errors]
+    return [f["title"] for f, k in zip(errors, kinds) if k - {"timeout", None}]
 
 
 def test_correct_engine_without_token_ids_passes_greedy_boundaries_and_streaming_at_text_level(tmp_path):
     code, report, output = run_suite(tmp_path, "correct", "reference:", *EQUIVALENCE, *EQUIVALENCE_ARGS)
     assert code == 0, output
-    assert no_route_errors(report) and "lacks capability 'token_ids'" not in output
+    assert not suite_caused_errors(report) and "lacks capability 'token_ids'" not in output
     for check in ("greedy", "boundary", "streaming"):
         assert report["checks"][check].get("passed", 0) > 0, (check, report["checks"])
         levels = [m for m in comparisons(report) if m["check"] == check]
@@ -81,7 +90,7 @@ def test_planted_divergence_without_token_ids_is_caught_and_called_text_level(tm
     code, report, output = run_suite(tmp_path, "planted", "reference:", *EQUIVALENCE, *EQUIVALENCE_ARGS,
                                      plant=f"divergence@{PLANTED_AT}")
     assert code == 1, output
-    assert no_route_errors(report), report["findings"]
+    assert not suite_caused_errors(report), suite_caused_errors(report)
     greedy = [f for f in report["findings"] if f["check"] == "greedy" and f["severity"] == "bug"]
     assert len(greedy) == 2, output   # one per prompt (math, chat), at the planted position
     for finding in greedy:
@@ -96,7 +105,7 @@ def test_planted_divergence_without_token_ids_is_caught_and_called_text_level(tm
 def test_mixing_without_token_ids_is_caught_on_text(tmp_path, served, expected):
     code, report, output = run_mixing(tmp_path, served)
     assert code == expected, output
-    assert no_route_errors(report), report["findings"]
+    assert not suite_caused_errors(report), suite_caused_errors(report)
     mixing = [f for f in report["findings"] if f["check"] == "mixing"]
     assert mixing and all(f["details"].get("comparison") == TEXT_LEVEL for f in mixing if "budget" in f["details"])
     contaminated = [f for f in mixing if f["severity"] == "bug" and "another request's context" in f["title"]]
@@ -145,3 +154,34 @@ def test_ids_in_logprobs_entries_keep_the_route_at_token_level(prompts, stream):
     assert not route.capabilities.text_level and route.capabilities.token_ids
     assert [c.text for c in stripped] == [c.text for c in with_ids] and all(c.text_level for c in stripped)
     assert text_route.capabilities.text_level and not text_route.capabilities.token_ids
+
+
+# ---- what a text-level comparison sees and what it cannot ----
+
+def test_text_level_comparison_sees_text_and_is_blind_to_token_boundaries():
+    tokenizer = load_tokenizer(str(TARGET))
+    text = " 5 + 10 = 15. The answer is 15."
+    canonical = retokenize(tokenizer, text)
+    by_character = tuple(t for ch in text for t in retokenize(tokenizer, ch))
+    assert by_character != canonical and tokenizer.decode(by_character) == text
+    engine = Completion(token_ids=by_character, text=text, finish_reason="length", route="baseline",
+                        usage_completion_tokens=len(by_character))
+    same_text = Completion(token_ids=canonical, text=text, finish_reason="length", route="candidate",
+                           usage_completion_tokens=len(by_character), text_level=True)
+    other_text = replace(same_text, text=text.replace("is 15", "is 16"),
+                         token_ids=retokenize(tokenizer, text.replace("is 15", "is 16")))
+    # token level sees the boundary difference; text level cannot, and says so
+    assert compare_greedy(baseline=engine, candidate=replace(same_text, text_level=False),
+                          decode=tokenizer.decode) is not None
+    assert compare_greedy(**dict(zip(("baseline", "candidate"), aligned(engine, same_text, tokenizer))),
+                          decode=tokenizer.decode) is None
+    # a different text is seen, at its position in the re-tokenized text
+    expected, actual = aligned(engine, other_text, tokenizer)
+    divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
+    assert divergence is not None and "15" in divergence.baseline_tail_text and "16" in divergence.candidate_tail_text
+    assert describe(expected, actual)["comparison"] == TEXT_LEVEL and "tokenization" in BLIND
+    # streaming: text differences count, the re-derived token count is not held against usage
+    assert delivery_differences(plain=same_text, streamed=other_text) and not delivery_differences(
+        plain=same_text, streamed=replace(same_text, token_ids=by_character))
+    assert not accounting_problems(plain=same_text, streamed=same_text)
+    assert accounting_problems(plain=engine, streamed=replace(engine, usage_completion_tokens=len(by_character) + 1))
