@@ -11,6 +11,10 @@ really fires inside the sweep: a stop string or stop token id first completed at
 token j, and "EOS reachable" prompts (prompt + output up to j tokens before the
 baseline's EOS) so EOS falls at j. Every completion is checked on its own (invariants
 below) and then against the other route (equal tokens, text and finish_reason).
+A text-level answer (a server without token ids) has no token positions of its own: it is
+checked on what text and the server's usage count show (`text_violations`), and against the
+other route by text and finish_reason; a stop or EOS handled one token late shows there only
+when the text differs.
 Environment: none.
 """
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory, TokenIds
+from spec_route_suite.fixtures.routes.textlevel import is_text_level
 
 Decode = Callable[[Sequence[int]], str]
 DEFAULT_DEPTH = 4
@@ -141,6 +146,8 @@ def build_cases(*, variant: str, prompt_ids: TokenIds, reference: Completion, de
 
 def violations(*, case: Case, completion: Completion, decode: Decode) -> list[str]:
     """What is wrong with one route's answer to one case, on its own."""
+    if completion.text_level:
+        return text_violations(case=case, completion=completion)
     req, tokens = case.request, list(completion.token_ids)
     problems = []
     if len(tokens) > req.max_tokens:
@@ -168,6 +175,24 @@ def violations(*, case: Case, completion: Completion, decode: Decode) -> list[st
     return problems
 
 
+def text_violations(*, case: Case, completion: Completion) -> list[str]:
+    """The invariants a text-level answer still shows: the server's own token count, stop strings, finish."""
+    req, used = case.request, completion.usage_completion_tokens
+    problems = []
+    if used is not None and used > req.max_tokens:
+        problems.append(f"usage.completion_tokens={used} for max_tokens={req.max_tokens}")
+    for stop in req.stop:
+        if stop in completion.text:
+            problems.append(f"returned text still contains the stop string {stop!r}")
+    if completion.finish_reason not in ("stop", "length"):
+        problems.append(f"unexpected finish_reason {completion.finish_reason!r}")
+    elif completion.finish_reason == "length" and used is not None and used < req.max_tokens:
+        problems.append(f"finish_reason 'length' after usage.completion_tokens={used} of max_tokens={req.max_tokens}")
+    elif completion.finish_reason == "stop" and not case.can_stop:
+        problems.append("finish_reason 'stop' without a stop condition")
+    return problems
+
+
 def _stops(tokens: Sequence[int], case: Case, decode: Decode) -> bool:
     if tokens and tokens[-1] in case.stop_ids:
         return True
@@ -181,6 +206,7 @@ class SweepResult:
     cases: int
     problems: list[str]
     first_bad: tuple[Case, Completion, Completion] | None = None
+    text_level: bool = False   # some answer came from a server without token ids
 
 
 def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> SweepResult:
@@ -188,6 +214,7 @@ def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> 
     result = SweepResult(cases=len(cases), problems=[])
     for case in cases:
         expected, actual = baseline.generate(case.request), candidate.generate(case.request)
+        result.text_level = result.text_level or is_text_level(expected, actual)
         found = [f"candidate '{candidate.name}': {p}" for p in violations(case=case, completion=actual, decode=decode)]
         found += [f"baseline '{baseline.name}': {p}" for p in violations(case=case, completion=expected, decode=decode)]
         found += differences(baseline=expected, candidate=actual)
@@ -200,7 +227,7 @@ def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> 
 def differences(*, baseline: Completion, candidate: Completion) -> list[str]:
     """Where the two routes' answers to the same case differ, naming both sides."""
     out = []
-    if baseline.token_ids != candidate.token_ids:
+    if baseline.token_ids != candidate.token_ids and not is_text_level(baseline, candidate):
         out.append(f"tokens: baseline {list(baseline.token_ids)} vs candidate {list(candidate.token_ids)}")
     if baseline.finish_reason != candidate.finish_reason:
         out.append(f"finish_reason: baseline {baseline.finish_reason!r} vs candidate {candidate.finish_reason!r}")

@@ -10,6 +10,11 @@ routes here and on the synthetic sampler in the calibration self-tests.
 Tokens per sample (`sample_tokens`): the first verify block with its bonus token (draft length + 1)
 on serial routes, the first two blocks on fast ones: the positions every acceptance-rule bug
 touches first.
+
+When either route's server returns no token ids, samples are compared at text level: every
+sample (both arms) becomes its text re-tokenized with the suite's tokenizer, plus EOS when it
+ended by a stop, and the score-based families are off (the baseline's token probabilities do
+not apply to re-tokenized sequences); the gate and the other count-based families still run.
 """
 from __future__ import annotations
 
@@ -25,8 +30,9 @@ from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle, covers_
 from spec_route_suite.equivalence.stats.planner import Budget, plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialHypothesis, SequentialPlan
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.fixtures.routes.textlevel import is_text_level, retokenize
 from spec_route_suite.fixtures.routes.timing import unwrap
 
 # The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
@@ -169,8 +175,10 @@ class RouteArm:
     batched transformers call for plain AR hf routes, concurrent requests for routes that batch
     them, else one request at a time."""
 
-    def __init__(self, handle, prompt_ids: Sequence[Sequence[int]], *, tokens: int):
+    def __init__(self, handle, prompt_ids: Sequence[Sequence[int]], *, tokens: int, text_level: bool = False,
+                 tokenizer=None):
         self.handle = handle
+        self.text_level, self.tokenizer = text_level, tokenizer
         self.name = handle.name
         self.prompt_ids = [tuple(p) for p in prompt_ids]
         self.tokens = tokens
@@ -186,9 +194,9 @@ class RouteArm:
         tag = f"dist-{self.name}-{setting.name}-{prompt}"
         base = _request(ids, setting, self.tokens, seed if self.handle.capabilities.seed else None, tag)
         if self._sample_n is not None:
-            return [tuple(s) for s in self.handle.run(self._sample_n(base, n))]
+            return self._from_ids([tuple(s) for s in self.handle.run(self._sample_n(base, n))])
         if self._batched_hf:
-            return _hf_sample_batch(unwrap(self.handle.route), base, n, seed)
+            return self._from_ids(_hf_sample_batch(unwrap(self.handle.route), base, n, seed))
         seeds = np.random.SeedSequence(seed).generate_state(n, np.uint64) & np.uint64(MAX_SEED)
         reqs = [replace(base, seed=int(s) if base.seed is not None else None, request_id=f"{tag}-{i}")
                 for i, s in enumerate(seeds)]
@@ -198,8 +206,25 @@ class RouteArm:
             errors = [o for o in outs if isinstance(o, RouteError)]
             if errors:
                 raise errors[0]
-            return [tuple(o.token_ids) for o in outs]
-        return [tuple(self.handle.generate(r).token_ids) for r in reqs]
+            return [self._outcome(o) for o in outs]
+        return [self._outcome(self.handle.generate(r)) for r in reqs]
+
+    def _outcome(self, completion: Completion) -> tuple[int, ...]:
+        if not self.text_level:
+            return tuple(completion.token_ids)
+        return self._as_text(completion.text, ended=completion.finish_reason == "stop")
+
+    def _from_ids(self, samples: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        if not self.text_level:
+            return samples
+        eos = self.tokenizer.eos_token_id
+        return [self._as_text(self.tokenizer.decode(s, skip_special_tokens=True), ended=bool(s) and s[-1] == eos)
+                for s in samples]
+
+    def _as_text(self, text: str, *, ended: bool) -> tuple[int, ...]:
+        """A text-level sample: the re-tokenized text, and EOS when the sample ended by a stop."""
+        eos = self.tokenizer.eos_token_id
+        return retokenize(self.tokenizer, text) + ((eos,) if ended and eos is not None else ())
 
 
 def _hf_sample_batch(route, req: Request, n: int, seed: int) -> list[tuple[int, ...]]:
@@ -330,6 +355,13 @@ class RoutePlan:
     serial: bool
     budget: Budget
     scorer: "RouteScorer | None"
+    text_level: bool = False   # a route gives no token ids: samples compared as re-tokenized text
+
+
+def text_level_pair(baseline, candidate, prompt_ids: Sequence[int]) -> bool:
+    """Whether either route answers without token ids: one greedy token each (memoised by the handles)."""
+    probe = Request(prompt_ids=tuple(prompt_ids), max_tokens=1, temperature=0.0, request_id="dist-id-probe")
+    return is_text_level(baseline.generate(probe), candidate.generate(probe))
 
 
 def plan_route_run(*, baseline, candidate, records, tokenizer, suite_config, setting: SamplingSetting,
@@ -340,7 +372,9 @@ def plan_route_run(*, baseline, candidate, records, tokenizer, suite_config, set
     all_ids = [encode_prompt(tokenizer, r.text) for r in records]
     serial = RouteArm(candidate, all_ids[:1], tokens=1).serial or RouteArm(baseline, all_ids[:1], tokens=1).serial
     tokens = sample_tokens(candidate.spec, serial=serial)
-    scorer = RouteScorer(baseline, all_ids, vocab=len(tokenizer)) if baseline.capabilities.prompt_logprobs else None
+    text_level = text_level_pair(baseline, candidate, all_ids[0])
+    scorer = (RouteScorer(baseline, all_ids, vocab=len(tokenizer))
+              if baseline.capabilities.prompt_logprobs and not text_level else None)
     if scorer is not None and not scorer.full_vocabulary():
         scorer = None  # the score-based families need the whole distribution; the gate does not
     selector = ProbabilityOracle(scorer, setting) if scorer else None
@@ -351,7 +385,8 @@ def plan_route_run(*, baseline, candidate, records, tokenizer, suite_config, set
     return RoutePlan(prompt_ids=prompt_ids, prompt_names=[records[i].id for i in chosen], tokens=tokens, serial=serial,
                      budget=plan_for(suite_config=suite_config, serial=serial, prompts=len(chosen), tokens=tokens,
                                      plan=plan),
-                     scorer=RouteScorer(baseline, prompt_ids, vocab=len(tokenizer)) if scorer else None)
+                     scorer=RouteScorer(baseline, prompt_ids, vocab=len(tokenizer)) if scorer else None,
+                     text_level=text_level)
 
 
 def select_prompts(scores: Sequence[Sequence[float]] | None, count: int, *,

@@ -16,7 +16,9 @@ with "length" before max_tokens, or the same tokens with a different finish_reas
 no token choice to excuse and is a bug. When the baseline cannot teacher-force, the
 classification falls back to the baseline's own top-k logprobs at that position (same
 context, since the prefix is shared) and says so; with neither, it is "unclassified"
-and counts as a bug under both policies.
+and counts as a bug under both policies. At text level (a server without token ids) the
+positions are those of re-tokenized text, so token counts excuse or condemn nothing and the
+candidate's "choice" is the re-tokenized token, which the model may never have sampled.
 Environment: none.
 """
 from __future__ import annotations
@@ -102,6 +104,8 @@ def _no_choice_reason(*, divergence: Divergence, baseline: Completion, candidate
     if a == b and baseline.token_ids == candidate.token_ids:
         return (f"same tokens but finish_reason differs (baseline {baseline.finish_reason!r}, "
                 f"candidate {candidate.finish_reason!r})")
+    if baseline.text_level or candidate.text_level:
+        return None  # re-tokenized counts say nothing about max_tokens
     if b > max_tokens:
         return f"candidate returned {b} tokens for max_tokens={max_tokens}"
     for side, completion, n in (("candidate", candidate, b), ("baseline", baseline, a)):

@@ -14,6 +14,7 @@ from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_s
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("boundary")
@@ -59,19 +60,24 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, su
     else:
         pytest.skip(f"not verified: {variant} boundaries: no usable prompt among {'; '.join(notes)}")
     result = run_sweep(baseline=baseline, candidate=candidate, cases=cases, decode=tokenizer.decode)
-    problems = result.problems
+    problems, level = result.problems, level_details(result.text_level)
+    if result.text_level:
+        findings.measure("comparison", check="boundary", variant=variant, prompt_id=source.id, route=candidate.name,
+                         **level)
     if not problems:
         return
     case, expected, actual = result.first_bad
     shown = "\n".join(problems[:SHOWN]) + (f"\n... {len(problems) - SHOWN} more" if len(problems) > SHOWN else "")
     findings.add(Finding(
         check="boundary", severity="bug", route=candidate.name, prompt_id=source.id,
-        title=f"{variant} boundary violations on prompt {source.id} (k={depth}; first: {case.label})",
-        details={"diff": shown, "how": how, "speculation_depth": depth,
+        title=(f"{variant} boundary violations on prompt {source.id} (k={depth}; first: {case.label})"
+               + title_suffix(text_level=result.text_level)),
+        details={"diff": shown, "how": how, "speculation_depth": depth, **level,
                  "first_case": {"prompt_ids": list(case.request.prompt_ids), "max_tokens": case.request.max_tokens,
                                 "stop": list(case.request.stop), "stop_token_ids": list(case.request.stop_token_ids),
                                 "ignore_eos": case.request.ignore_eos},
                  "baseline_tokens": list(expected.token_ids), "candidate_tokens": list(actual.token_ids),
                  "problems": problems[:100]}))
     pytest.fail(f"{variant} sweep on prompt {source.id} (baseline '{baseline.name}' vs candidate "
-                f"'{candidate.name}', k={depth}; {how}):\n{shown}", pytrace=False)
+                f"'{candidate.name}', k={depth}; {how}){title_suffix(text_level=result.text_level)}:\n{shown}",
+                pytrace=False)

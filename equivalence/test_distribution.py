@@ -15,6 +15,7 @@ from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("distribution")
@@ -42,8 +43,9 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
     run = plan_route_run(baseline=baseline, candidate=candidate, records=_records(suite_config), tokenizer=tokenizer,
                          suite_config=suite_config, setting=setting, plan=PLAN)
     budget, prompt_names = run.budget, run.prompt_names
-    result = run_check(baseline=RouteArm(baseline, run.prompt_ids, tokens=run.tokens),
-                       candidate=RouteArm(candidate, run.prompt_ids, tokens=run.tokens), prompts=len(run.prompt_ids),
+    arms = {name: RouteArm(handle, run.prompt_ids, tokens=run.tokens, text_level=run.text_level, tokenizer=tokenizer)
+            for name, handle in (("baseline", baseline), ("candidate", candidate))}
+    result = run_check(baseline=arms["baseline"], candidate=arms["candidate"], prompts=len(run.prompt_ids),
                        setting=setting, budget=budget, alpha=setting_alpha(suite_config.alpha), seed=suite_config.seed,
                        oracle=ProbabilityOracle(run.scorer, setting) if run.scorer else None, plan=PLAN)
 
@@ -55,9 +57,12 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
         "samples_used_per_arm_per_prompt": result.samples_used, "look_sizes": list(result.look_sizes),
         "stopped": result.stopped, "alpha_this_setting": result.alpha, "seed": suite_config.seed,
         "min_detectable_tv": budget.min_detectable_tv, "min_detectable_tv_note": BUDGET_NOTE,
-        "score_based_families": run.scorer is not None, "serial_route": run.serial,
+        "score_based_families": run.scorer is not None, "serial_route": run.serial, **level_details(run.text_level),
     }
     findings.measure("distribution_budget", **summary)
+    if run.text_level:
+        findings.measure("comparison", check="distribution", setting=setting.name, route=candidate.name,
+                         **level_details(True))
     inconsistent = result.evidence.baseline_inconsistent
     if inconsistent:
         findings.add(Finding(
@@ -69,7 +74,8 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
         findings.add(Finding(
             check="distribution", severity="info", route=candidate.name,
             title=(f"{setting.name}: no distribution shift found ({result.stopped}); this budget detects TV shifts "
-                   f">= {budget.min_detectable_tv:.3f} per prompt with power {budget.power}"),
+                   f">= {budget.min_detectable_tv:.3f} per prompt with power {budget.power}"
+                   + title_suffix(text_level=run.text_level)),
             details={**summary, "families": families}))
         return
     failing = [n for n, r in families.items() if r["rejected"]]
@@ -78,7 +84,8 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
     title = (f"{setting.name}: sampled tokens differ from the baseline's distribution ({', '.join(failing)}); "
              f"gate p={gate['confirm_p']:.2g} confirmed on fresh samples after screening p={gate['screen_p']:.2g}"
              if gate["rejected"] else
-             f"{setting.name}: sampled tokens differ from the baseline's distribution ({', '.join(failing)})")
+             f"{setting.name}: sampled tokens differ from the baseline's distribution ({', '.join(failing)})"
+             ) + title_suffix(text_level=run.text_level)
     findings.add(Finding(
         check="distribution", severity="bug", route=candidate.name, prompt_id=prompts[0]["prompt_id"], title=title,
         details={**summary, "families": families, "failing_families": failing,

@@ -17,6 +17,9 @@ Policy (--greedy-policy):
   same hardware and engine build, and read the near-tie rate test below: a candidate
   that splits at near-ties far more often than the baseline does against itself runs its
   verifier at a different precision.
+
+A server that returns no token ids is compared at text level (fixtures/routes/textlevel.py):
+both outputs re-tokenized from their text, the finding and a "comparison" measurement saying so.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy, exposure
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("greedy")
@@ -41,8 +45,10 @@ def _greedy_request(prompt_ids, max_tokens: int, request_id: str) -> Request:
 def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_config, calibration,
                                  eos_token_id, findings):
     req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens, f"greedy-{prompt.id}")
-    expected = baseline.generate(req)
-    actual = candidate.generate(req)
+    expected, actual = aligned(baseline.generate(req), candidate.generate(req), tokenizer)
+    level = describe(expected, actual)
+    if is_text_level(expected, actual):
+        findings.measure("comparison", check="greedy", prompt_id=prompt.id, route=candidate.name, **level)
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
     if divergence is None:
         return
@@ -52,12 +58,12 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_c
                                   eos_token_id=eos_token_id, decode=tokenizer.decode)
     excused = suite_config.greedy_policy == "classify" and verdict.is_near_tie
     findings.measure("divergence", position=divergence.position, verdict=verdict.verdict, margin=verdict.margin,
-                     tau=verdict.tau, prompt_id=prompt.id, route=candidate.name)
+                     tau=verdict.tau, prompt_id=prompt.id, route=candidate.name, comparison=level["comparison"])
     findings.add(Finding(
         check="greedy", severity="near-tie" if excused else "bug", route=candidate.name, prompt_id=prompt.id,
         title=(f"greedy output diverges from the baseline at token {divergence.position} of prompt {prompt.id} "
-               f"({verdict.verdict})"),
-        details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}",
+               f"({verdict.verdict})" + title_suffix(expected, actual)),
+        details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}", **level,
                  "divergence": dataclasses.asdict(divergence), "classification": verdict.to_details(),
                  "calibration": calibration.get().describe(), "policy": suite_config.greedy_policy,
                  "prompt_category": prompt.category, "prompt_ids": list(req.prompt_ids),
@@ -70,7 +76,7 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_c
         f"prompt {prompt.id}: candidate '{candidate.name}' diverges from baseline '{baseline.name}' at token "
         f"{divergence.position}: baseline {divergence.baseline_token} {divergence.baseline_token_text!r}, "
         f"candidate {divergence.candidate_token} {divergence.candidate_token_text!r}\n{divergence.diff()}\n"
-        f"  classification ({suite_config.greedy_policy} policy): {verdict.summary()}",
+        f"  classification ({suite_config.greedy_policy} policy): {verdict.summary()}{title_suffix(expected, actual)}",
         pytrace=False)
 
 
@@ -89,7 +95,7 @@ def test_near_tie_rate_matches_aa(baseline, candidate, tokenizer, suite_config, 
     for prompt in calibration.records:
         req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens,
                               f"greedy-{prompt.id}")
-        expected, actual = baseline.generate(req), candidate.generate(req)
+        expected, actual = aligned(baseline.generate(req), candidate.generate(req), tokenizer)
         tokens += exposure(baseline=expected.token_ids, candidate=actual.token_ids)
         divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
         if divergence is None:

@@ -23,7 +23,10 @@ def test_logprobs_match_baseline(lean_prompt, baseline, candidate, tokenizer, su
     k = min(TOP_K, int(candidate.capabilities.logprobs))
     req = Request(prompt_ids=encode_prompt(tokenizer, lean_prompt.text), max_tokens=suite_config.max_new_tokens,
                   temperature=0.0, logprobs=k, request_id=f"logprobs-{lean_prompt.id}")
-    actual = candidate.generate(req)
+    try:
+        actual = candidate.generate(req)
+    except CapabilityMissing as exc:  # e.g. a text-level server: its logprobs carry no token ids
+        pytest.skip(f"not verified: {exc}")
     if actual.logprobs is None:
         findings.add(Finding(check="logprobs", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
                              title=f"candidate '{candidate.name}' returned no logprobs although it advertises them",

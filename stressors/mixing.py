@@ -21,6 +21,8 @@ batch-invariance check owns those). Attributions aggregate into a contamination 
 source -> victim; each names the source's requests that were in flight with the victim (a
 real leak needs a neighbour in the batch; a source not in flight points at stale state
 such as a reused KV slot), and any other sources the evidence fits equally well.
+On a server without token ids the outputs and references are the route's text re-tokenized
+(fixtures/routes/textlevel.py): all of the above still holds, on text instead of engine tokens.
 Environment: none.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
+from spec_route_suite.fixtures.routes.textlevel import same_output
 from spec_route_suite.stressors.canary import Workload, canary_owners, mentions
 from spec_route_suite.stressors.driver import Outcome
 
@@ -343,9 +346,9 @@ def untrusted_references(*, baseline: Callable[[Request], Completion], candidate
     untrusted = set()
     for key in sorted(keys):
         req = workload.get(key).request(max_tokens=max_tokens)
-        if baseline(req).token_ids == references[key].token_ids:
+        if same_output(baseline(req), references[key]):
             continue
         again = candidate(replace(req, request_id=f"{req.request_id}-recheck"))  # a fresh request, not a memo
-        if again.token_ids != references[key].token_ids:
+        if not same_output(again, references[key]):
             untrusted.add(key)
     return untrusted

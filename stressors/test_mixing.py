@@ -13,7 +13,8 @@ variance), anything else fails the route as corrupted batch state (a KV slot mix
 leaves garbled output that names no source). A mismatch is not attributed at all when its
 serial reference neither equals the AR baseline's output nor reproduces on a second serial
 run: on a server shared with other traffic the "serial" reference was itself made in a mixed
-batch, and comparing with it says nothing about who leaked into whom.
+batch, and comparing with it says nothing about who leaked into whom. A server without token
+ids is judged on its text (fixtures/routes/textlevel.py); the findings say so.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import random
 import pytest
 
 from spec_route_suite.equivalence.calibration import derive_threshold
+from spec_route_suite.fixtures.routes.textlevel import is_text_level, level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro import repro_block
 from spec_route_suite.stressors.canary import mean_latency, renderer
@@ -46,6 +48,10 @@ def outcome_of(runs, request_id: str):
 def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, stress_workload, stress_references,
                                  stress_max_tokens, suite_config, findings):
     budget, workload, refs = stress_budget, stress_workload, stress_references
+    text_level = is_text_level(*refs.values())
+    comparison, suffix = level_details(text_level), title_suffix(text_level=text_level)
+    if text_level:
+        findings.measure("comparison", check="mixing", route=candidate.name, **comparison)
     rng = random.Random(f"mixing-{suite_config.seed}")
     latency = mean_latency(refs)
     before = candidate.acceptance()
@@ -80,10 +86,10 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
     details = {"budget": budget.describe(), "requests_checked": total.checked, "per_level": per_level,
                "pool": len(workload.items), "max_tokens": stress_max_tokens,
                "runs": [r.describe() for r in runs], "serial_mean_latency_s": round(latency, 4),
-               "mean_acceptance_length_under_load": acceptance}
+               "mean_acceptance_length_under_load": acceptance, **comparison}
     findings.add(Finding(check="mixing", severity="info", route=candidate.name, details=details,
                          title=f"mixing: {total.checked} outputs checked against serial references ({per_level}); "
-                               f"{len(total.contaminated)} contaminated; budget: {budget.describe()}"))
+                               f"{len(total.contaminated)} contaminated; budget: {budget.describe()}{suffix}"))
     unexplained = []
     for att in total.unattributed[:MAX_CLASSIFIED]:
         severity, why = classify_mismatch(baseline=baseline, tokenizer=tokenizer,
@@ -97,12 +103,12 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
         findings.add(Finding(
             check="mixing", severity="near-tie", route=candidate.name,
             title=f"{len(ties)} outputs under load differ from their serial reference at a numerical near-tie "
-                  f"(batch variance, no foreign content)", details={"examples": ties[:10], **details}))
+                  f"(batch variance, no foreign content){suffix}", details={"examples": ties[:10], **details}))
     if bugs:
         findings.add(Finding(
             check="mixing", severity="bug", route=candidate.name,
             title=f"{len(bugs)} outputs under load differ from their serial reference beyond a near-tie, with no "
-                  f"identifiable source (corrupted batch state?): {bugs[0][:200]}",
+                  f"identifiable source (corrupted batch state?){suffix}: {bugs[0][:200]}",
             details={"examples": bugs[:10], **details}))
     if not total.contaminated:
         if distrusted:
@@ -119,7 +125,7 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                                                  latency, attempts=FIRST_REPEATS if s == window else SHRINK_REPEATS),
                     max_evaluations=SHRINK_EVALUATIONS, deadline_s=SHRINK_SECONDS)
     title = (f"cross-request mixing: {len(total.contaminated)} of {total.checked} outputs answered in another "
-             f"request's context ({per_level}); e.g. {first.victim_key} got {first.source_key}'s content")
+             f"request's context ({per_level}); e.g. {first.victim_key} got {first.source_key}'s content{suffix}")
     repro_subs = shrunk.schedule.submissions(workload, max_tokens=stress_max_tokens, tag="repro")
     script = replay_script(title=title, schedule=shrunk.schedule, workload=workload, references=refs,
                            spec=candidate.spec, max_tokens=stress_max_tokens)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.errors import (CapabilityMissing, RouteDisconnected, RouteError, RouteHTTPError,
@@ -21,6 +22,7 @@ from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics, pa
 from spec_route_suite.fixtures.routes.openai import OpenAIRoute, SGLangRoute
 from spec_route_suite.fixtures.routes.registry import build_route
 from spec_route_suite.fixtures.routes.spec import RouteSpec, Timeouts
+from spec_route_suite.fixtures.routes.textlevel import retokenize
 
 from tests.http_fakes import (EOS, RECORDED, FakeServer, free_port, recorded, text_of, toy_generate,
                          toy_logprob, toy_top, write_toy_tokenizer)
@@ -142,7 +144,7 @@ def test_stream_equals_non_stream(server, toy_tokenizer):
 @pytest.mark.parametrize("fault,error", [
     ("stream_no_done", RouteDisconnected), ("stream_cut", RouteDisconnected),
     ("stream_two_finish", RouteMalformed), ("stream_no_finish", RouteMalformed),
-    ("stream_error_event", RouteHTTPError), ("no_token_ids", CapabilityMissing),
+    ("stream_error_event", RouteHTTPError),
 ])
 def test_broken_streams(server, toy_tokenizer, fault, error):
     server.faults = {fault}
@@ -180,13 +182,39 @@ def test_long_server_error_is_truncated(server, toy_tokenizer):
     assert len(str(info.value)) < 600 and "engine failure xxx" in str(info.value)
 
 
-def test_no_token_ids_is_a_missing_capability(server, toy_tokenizer):
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_ids_only_in_logprob_keys_are_found(server, toy_tokenizer, stream):
+    """A server without return_token_ids still keys logprobs by id: one logprob per token gives the ids."""
+    honest = call(OpenAIRoute(make_spec(server.v1, toy_tokenizer)), "generate", req(stream=stream))
     server.faults = {"no_token_ids"}
     route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+    first, second = (call(route, "generate", req(stream=stream)) for _ in range(2))
+    assert first.token_ids == second.token_ids == honest.token_ids and first.logprobs is None
+    assert not first.text_level and route.capabilities.token_ids and not route.capabilities.text_level
+    assert server.last("/v1/completions")["body"]["logprobs"] == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_no_token_ids_anywhere_is_text_level(server, toy_tokenizer, stream):
+    honest = call(OpenAIRoute(make_spec(server.v1, toy_tokenizer)), "generate", req(stream=stream))
+    server.faults = {"no_token_ids", "string_logprob_keys"}
+    route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+    out = call(route, "generate", req(stream=stream))
+    assert out.text_level and out.text == honest.text and out.finish_reason == honest.finish_reason
+    assert out.token_ids == retokenize(AutoTokenizer.from_pretrained(toy_tokenizer), honest.text)
+    assert route.capabilities.text_level and not route.capabilities.token_ids and not route.capabilities.logprobs
+    with pytest.raises(CapabilityMissing) as info:  # logprobs keyed by text cannot be aligned with re-derived ids
+        call(route, "generate", req(logprobs=2))
+    assert info.value.capability == "logprobs" and info.value.request_id == "r-1"
+
+
+def test_no_token_ids_and_no_tokenizer_is_a_missing_capability(server, toy_tokenizer):
+    server.faults = {"no_token_ids", "string_logprob_keys"}
+    route = OpenAIRoute(make_spec(server.v1, None))
     with pytest.raises(CapabilityMissing) as info:
         call(route, "generate", req())
-    assert info.value.capability == "token_ids" and "return_token_ids" in str(info.value)
-    assert info.value.request_id == "r-1" and route.capabilities.token_ids is False
+    assert info.value.capability == "token_ids" and "tokenizer" in str(info.value)
+    assert info.value.request_id == "r-1"
 
 
 def test_hang_times_out_on_time(server, toy_tokenizer):
@@ -364,8 +392,7 @@ def test_chat_path(server, toy_tokenizer):
     assert body["messages"] == messages and body["return_token_ids"] is True
     server.faults = {"no_token_ids"}
     assert call(route, "chat", messages, req(max_tokens=2)).token_ids == ()
-    with pytest.raises(CapabilityMissing):
-        call(route, "chat", messages, req(max_tokens=2), require_token_ids=True)
+    assert call(route, "chat", messages, req(max_tokens=2), require_token_ids=True).text_level
 
 
 def test_registry_builds_http_routes(toy_tokenizer):
