@@ -199,6 +199,8 @@ def renderer(tokenizer) -> Callable[[Sequence[tuple[str, str]]], TokenIds]:
 
 
 class _ConversationTooLong(Exception):
+    """A conversation without fillers does not fit: build again with a shorter shared prefix."""
+
     def __init__(self, tokens: int):
         self.tokens = tokens
 

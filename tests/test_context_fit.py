@@ -215,3 +215,15 @@ def test_context_too_small_exits_4_with_one_line(tmp_path, workers, selection, m
     assert len(lines) == 1 and f"candidate.max_context: context {max_context} tokens" in lines[0]
     assert words in lines[0]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_mixing_is_still_caught_with_a_workload_cut_to_a_small_context(tmp_path):
+    """The sized workload (shorter prefix, fewer fillers) still names the leak: the planted fault's twin of the
+    passing small-context run above."""
+    candidate = f"reference:?fault=cross_context_mixing&mix_rate=0.5&max_context={SMALL_CONTEXT}"
+    result, report = run_suite(tmp_path, "-p", "no:xdist", "stressors/test_mixing.py", "--candidate", candidate,
+                               "--concurrency", "1,4", "--stress-requests", "24")
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert any(n.startswith("stressors: canary workload sized") and "shared prefix cut" in n for n in report["notes"])
+    bugs = [f for f in report["findings"] if f["check"] == "mixing" and f["severity"] == "bug"]
+    assert bugs and bugs[0]["title"].startswith("cross-request mixing:")
