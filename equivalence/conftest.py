@@ -2,7 +2,8 @@
 
 Checks that are costly per prompt (boundary sweeps, logprobs, streaming, seeds) run on a
 few "lean" prompts, one per category in order, instead of the whole prompt set, so the
-default suite stays inside its time budget. The calibration runs once per run (shared
+default suite stays inside its time budget. Every check sends a record's `fitted_prompts`
+ids (sized into the pair's context, fixtures/prompts/fit.py), never the record's text. The calibration runs once per run (shared
 across xdist workers through a file lock) and only when a test first asks for it.
 Environment: none (an xdist worker is recognised by its workerinput).
 """
@@ -16,7 +17,6 @@ import pytest
 
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import PromptRecord, load_prompt_set
 
 LEAN_PROMPTS = 2
@@ -67,9 +67,9 @@ class LazyCalibration:
 
 
 @pytest.fixture(scope="session")
-def calibration(baseline, tokenizer, suite_config, tmp_path_factory, pytestconfig) -> LazyCalibration:
+def calibration(baseline, fitted_prompts, suite_config, tmp_path_factory, pytestconfig) -> LazyCalibration:
     prompts = pick_lean(load_prompt_set(suite_config.categories), calib.PROMPTS)
-    ids = [encode_prompt(tokenizer, p.text) for p in prompts]
+    ids = [fitted_prompts.ids(p) for p in prompts]
     max_tokens = min(calib.TOKENS, suite_config.max_new_tokens)
     cache = None
     if hasattr(pytestconfig, "workerinput"):

@@ -364,14 +364,15 @@ def text_level_pair(baseline, candidate, prompt_ids: Sequence[int]) -> bool:
     return is_text_level(baseline.generate(probe), candidate.generate(probe))
 
 
-def plan_route_run(*, baseline, candidate, records, tokenizer, suite_config, setting: SamplingSetting,
+def plan_route_run(*, baseline, candidate, records, encode, tokenizer, suite_config, setting: SamplingSetting,
                    plan: SequentialPlan) -> RoutePlan:
     """Route speed decides prompts and tokens; the baseline's scores (when it gives the whole vocabulary)
-    choose the prompts and enable the score-based families; the planner sizes the budget."""
-    from spec_route_suite.fixtures.prompts.encode import encode_prompt
-    all_ids = [encode_prompt(tokenizer, r.text) for r in records]
-    serial = RouteArm(candidate, all_ids[:1], tokens=1).serial or RouteArm(baseline, all_ids[:1], tokens=1).serial
+    choose the prompts and enable the score-based families; the planner sizes the budget.
+    `encode(record, max_tokens)` gives a record's ids sized into the routes' context."""
+    first = [encode(records[0], 1)]
+    serial = RouteArm(candidate, first, tokens=1).serial or RouteArm(baseline, first, tokens=1).serial
     tokens = sample_tokens(candidate.spec, serial=serial)
+    all_ids = [encode(r, max(tokens, suite_config.max_new_tokens)) for r in records]
     text_level = text_level_pair(baseline, candidate, all_ids[0])
     scorer = (RouteScorer(baseline, all_ids, vocab=len(tokenizer))
               if baseline.capabilities.prompt_logprobs and not text_level else None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_sweep, speculation_depth
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
@@ -23,10 +22,9 @@ SEARCH = 5
 SHOWN = 12
 
 
-def _reference(baseline, tokenizer, prompt, max_tokens: int):
+def _reference(baseline, prompt_ids, prompt, max_tokens: int):
     """The baseline's greedy output (the same request as the greedy test, so the memo is reused)."""
-    req = Request(prompt_ids=encode_prompt(tokenizer, prompt.text), max_tokens=max_tokens, temperature=0.0,
-                  request_id=f"greedy-{prompt.id}")
+    req = Request(prompt_ids=prompt_ids, max_tokens=max_tokens, temperature=0.0, request_id=f"greedy-{prompt.id}")
     return req.prompt_ids, baseline.generate(req)
 
 
@@ -46,11 +44,14 @@ def _sources(lean_prompt, suite_config):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, suite_config, eos_token_id, findings):
+def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, fitted_prompts, suite_config,
+                        eos_token_id, findings):
     depth = speculation_depth(candidate.inventory(), candidate.spec)
     notes = []
     for source in _sources(lean_prompt, suite_config):
-        prompt_ids, ref = _reference(baseline, tokenizer, source, suite_config.max_new_tokens)
+        # room for the EOS variants: the prompt grows by up to max_new_tokens - 1 output tokens, the sweep by k + 2
+        fitted = fitted_prompts.ids(source, max_tokens=suite_config.max_new_tokens + depth + 2)
+        prompt_ids, ref = _reference(baseline, fitted, source, suite_config.max_new_tokens)
         cases, how = build_cases(variant=variant, prompt_ids=prompt_ids, reference=ref, depth=depth,
                                  eos_token_id=eos_token_id, decode=tokenizer.decode,
                                  request_id=f"boundary-{variant}-{source.id}")

@@ -14,7 +14,7 @@ from spec_route_suite.equivalence.stats.families import GATE
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.prompts.fit import suite_prompts
 from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
 
@@ -25,23 +25,13 @@ BUDGET_NOTE = ("the smallest TV shift (per prompt, worst direction) this budget 
                "raise it with --samples-per-prompt or a batched/concurrent route")
 
 
-def _records(suite_config):
-    records = load_prompt_set(suite_config.categories)
-    if suite_config.prompt_limit is None:
-        return records
-    seen: dict[str, int] = {}
-    kept = []
-    for record in records:
-        seen[record.category] = seen.get(record.category, 0) + 1
-        if seen[record.category] <= suite_config.prompt_limit:
-            kept.append(record)
-    return kept
-
-
 @pytest.mark.parametrize("setting", GRID, ids=[s.name for s in GRID])
-def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, tokenizer, suite_config, findings):
-    run = plan_route_run(baseline=baseline, candidate=candidate, records=_records(suite_config), tokenizer=tokenizer,
-                         suite_config=suite_config, setting=setting, plan=PLAN)
+def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, tokenizer, fitted_prompts, suite_config,
+                               findings):
+    run = plan_route_run(baseline=baseline, candidate=candidate,
+                         records=suite_prompts(suite_config.categories, suite_config.prompt_limit),
+                         encode=fitted_prompts.ids, tokenizer=tokenizer, suite_config=suite_config, setting=setting,
+                         plan=PLAN)
     budget, prompt_names = run.budget, run.prompt_names
     arms = {name: RouteArm(handle, run.prompt_ids, tokens=run.tokens, text_level=run.text_level, tokenizer=tokenizer)
             for name, handle in (("baseline", baseline), ("candidate", candidate))}

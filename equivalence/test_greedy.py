@@ -30,7 +30,6 @@ import pytest
 from spec_route_suite.equivalence.calibration import near_tie_excess
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy, exposure
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
@@ -42,9 +41,9 @@ def _greedy_request(prompt_ids, max_tokens: int, request_id: str) -> Request:
     return Request(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens, temperature=0.0, request_id=request_id)
 
 
-def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_config, calibration,
+def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, fitted_prompts, suite_config, calibration,
                                  eos_token_id, findings):
-    req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens, f"greedy-{prompt.id}")
+    req = _greedy_request(fitted_prompts.ids(prompt), suite_config.max_new_tokens, f"greedy-{prompt.id}")
     expected, actual = aligned(baseline.generate(req), candidate.generate(req), tokenizer)
     level = describe(expected, actual)
     if is_text_level(expected, actual):
@@ -81,8 +80,8 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_c
 
 
 @pytest.mark.check("near-tie")
-def test_near_tie_rate_matches_aa(baseline, candidate, tokenizer, suite_config, calibration, eos_token_id,
-                                  findings):
+def test_near_tie_rate_matches_aa(baseline, candidate, tokenizer, fitted_prompts, suite_config, calibration,
+                                  eos_token_id, findings):
     """Fisher exact: near-ties per token on the candidate vs the baseline's flips against itself.
 
     Runs on the calibration prompts (outputs are memoised, so the greedy test's work is
@@ -93,8 +92,7 @@ def test_near_tie_rate_matches_aa(baseline, candidate, tokenizer, suite_config, 
     aa = calibration.get()
     near, tokens = 0, 0
     for prompt in calibration.records:
-        req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens,
-                              f"greedy-{prompt.id}")
+        req = _greedy_request(fitted_prompts.ids(prompt), suite_config.max_new_tokens, f"greedy-{prompt.id}")
         expected, actual = aligned(baseline.generate(req), candidate.generate(req), tokenizer)
         tokens += exposure(baseline=expected.token_ids, candidate=actual.token_ids)
         divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.equivalence.logprobs import baseline_reference, compare_logprobs, summarize
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 from spec_route_suite.reports.findings import Finding
@@ -18,10 +17,10 @@ pytestmark = pytest.mark.check("logprobs")
 TOP_K = 5
 
 
-def test_logprobs_match_baseline(lean_prompt, baseline, candidate, tokenizer, suite_config, calibration, findings):
+def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompts, suite_config, calibration, findings):
     candidate.require("logprobs")
     k = min(TOP_K, int(candidate.capabilities.logprobs))
-    req = Request(prompt_ids=encode_prompt(tokenizer, lean_prompt.text), max_tokens=suite_config.max_new_tokens,
+    req = Request(prompt_ids=fitted_prompts.ids(lean_prompt), max_tokens=suite_config.max_new_tokens,
                   temperature=0.0, logprobs=k, request_id=f"logprobs-{lean_prompt.id}")
     try:
         actual = candidate.generate(req)

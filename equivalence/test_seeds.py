@@ -12,7 +12,6 @@ from dataclasses import replace
 import pytest
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.reports.findings import Finding
 
@@ -23,9 +22,9 @@ TEMPERATURE = 1.0
 REPEATS = 2
 
 
-def test_same_seed_same_tokens(lean_prompt, candidate, tokenizer, suite_config, findings):
+def test_same_seed_same_tokens(lean_prompt, candidate, fitted_prompts, suite_config, findings):
     candidate.require("seed")
-    req = Request(prompt_ids=encode_prompt(tokenizer, lean_prompt.text),
+    req = Request(prompt_ids=fitted_prompts.ids(lean_prompt),
                   max_tokens=min(TOKENS, suite_config.max_new_tokens), temperature=TEMPERATURE,
                   seed=suite_config.seed + 1234, request_id=f"seed-{lean_prompt.id}")
     first, *others = [candidate.generate(replace(req, request_id=f"{req.request_id}-run{n}"))

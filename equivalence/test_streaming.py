@@ -20,7 +20,6 @@ import pytest
 
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
@@ -65,10 +64,10 @@ def stream_problems(*, plain: Completion, streamed: Completion) -> list[str]:
 
 
 @pytest.mark.parametrize("with_stop", [False, True], ids=["plain", "stop-string"])
-def test_stream_matches_non_stream(lean_prompt, baseline, candidate, tokenizer, suite_config, calibration,
-                                   eos_token_id, with_stop, findings):
+def test_stream_matches_non_stream(lean_prompt, baseline, candidate, tokenizer, fitted_prompts, suite_config,
+                                   calibration, eos_token_id, with_stop, findings):
     candidate.require("stream")
-    req = Request(prompt_ids=encode_prompt(tokenizer, lean_prompt.text), max_tokens=suite_config.max_new_tokens,
+    req = Request(prompt_ids=fitted_prompts.ids(lean_prompt), max_tokens=suite_config.max_new_tokens,
                   temperature=0.0, request_id=f"stream-{lean_prompt.id}")
     plain = candidate.generate(req)
     if with_stop:

@@ -24,7 +24,9 @@ from spec_route_suite.reports.writer import write_run_folder
 
 CONFIG_KEY = SUITE_CONFIG_KEY
 COLLECTOR_KEY = pytest.StashKey[RunCollector]()
+USAGE_KEY = pytest.StashKey["UsageErrors"]()
 SERVERS_KEY = pytest.StashKey[object]()   # fixtures.servers.ManagedServers | None, controller only
+USAGE_ERROR_PROPERTY = "spec_suite_usage_error"
 RUN_ID_INPUT = "spec_suite_run_id"
 INVOCATION_DIR_INPUT = "spec_suite_invocation_dir"
 
@@ -74,6 +76,8 @@ def pytest_configure(config: pytest.Config) -> None:
                              worker_id=workerinput["workerid"] if workerinput else "main")
     config.stash[COLLECTOR_KEY] = collector
     config.pluginmanager.register(collector, "spec-suite-collector")
+    config.stash[USAGE_KEY] = UsageErrors()
+    config.pluginmanager.register(config.stash[USAGE_KEY], "spec-suite-usage-errors")
     import torch  # deferred: option parsing and usage errors stay fast
     torch.set_num_threads(suite.torch_threads)
 
@@ -102,21 +106,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names = [c.name for c in suite.routes.candidates]
         metafunc.parametrize("candidate", names, indirect=True, ids=names, scope="session")
     if "prompt" in metafunc.fixturenames:
-        from spec_route_suite.fixtures.prompts.records import load_prompt_set
-        prompts = _limit(load_prompt_set(suite.categories), suite.prompt_limit)
+        from spec_route_suite.fixtures.prompts.fit import suite_prompts
+        prompts = suite_prompts(suite.categories, suite.prompt_limit)
         metafunc.parametrize("prompt", prompts, ids=[p.id for p in prompts])
-
-
-def _limit(prompts, limit):
-    if limit is None:
-        return prompts
-    seen: dict[str, int] = {}
-    kept = []
-    for prompt in prompts:
-        seen[prompt.category] = seen.get(prompt.category, 0) + 1
-        if seen[prompt.category] <= limit:
-            kept.append(prompt)
-    return kept
 
 
 @pytest.fixture(scope="session")
@@ -174,6 +166,37 @@ def tokenizer(suite_config: SuiteConfig):
     return load_tokenizer(spec.tokenizer or spec.model)
 
 
+@pytest.fixture(scope="session")
+def report_note(pytestconfig: pytest.Config):
+    """Add a line to the report's notes (report.json and summary.md); equal lines from workers merge."""
+    notes = pytestconfig.stash[COLLECTOR_KEY].worker_state.notes
+
+    def add(line: str) -> None:
+        if line not in notes:
+            notes.append(line)
+    return add
+
+
+@pytest.fixture(scope="session")
+def context_fit(pytestconfig: pytest.Config, baseline, candidate):
+    """The smaller context of the baseline and this candidate: every request of the pair must fit it."""
+    from spec_route_suite.fixtures.prompts.fit import ContextFit, route_context
+    inventories = pytestconfig.stash[COLLECTOR_KEY].worker_state.inventories  # filled at the routes' first use
+    return ContextFit(tuple(route_context(h.spec, (inventories.get(h.name) or {}).get("max_model_len"))
+                            for h in (baseline, candidate)))
+
+
+@pytest.fixture(scope="session")
+def fitted_prompts(context_fit, tokenizer, suite_config: SuiteConfig, report_note):
+    """Prompt records -> the token ids to send, sized into the pair's context; the sizing is noted once."""
+    from spec_route_suite.fixtures.prompts.fit import FittedPrompts, suite_prompts
+    fitted = FittedPrompts(tokenizer, context_fit, max_tokens=suite_config.max_new_tokens)
+    note = fitted.note(suite_prompts(suite_config.categories, suite_config.prompt_limit))
+    if note:
+        report_note(note)
+    return fitted
+
+
 class FindingSink:
     """What a test uses to report a finding; the finding reaches the run folder from any worker."""
 
@@ -199,7 +222,8 @@ def findings(request: pytest.FixtureRequest) -> FindingSink:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A route failure (HTTP error, timeout, dead connection) anywhere in a test becomes a finding."""
+    """A route failure (HTTP error, timeout, dead connection) anywhere in a test becomes a finding; a
+    configuration error found only once the routes are up (a context too small) becomes one line."""
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, RouteError) and check_of(item):
         error = excinfo.value
@@ -207,7 +231,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             check=check_of(item), severity="error", title=error.describe()[:300], route=error.route or "unknown",
             details={"error_kind": error.kind, "request_id": error.request_id, "detail": error.detail[:2000],
                      "phase": call.when}))
-    yield
+    outcome = yield
+    if excinfo is not None and isinstance(excinfo.value, ConfigError):
+        report = outcome.get_result()
+        report.longrepr = f"bad configuration: {excinfo.value}"
+        report.user_properties.append((USAGE_ERROR_PROPERTY, report.longrepr))
+
+
+class UsageErrors:
+    """Configuration errors raised inside tests, from any worker, in order: the run then exits 4."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == USAGE_ERROR_PROPERTY and value not in self.lines:
+                self.lines.append(value)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -258,6 +298,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         workeroutput[WORKER_STATE_KEY] = collector.worker_state.to_json()
         return
     _finish_servers(session.config, collector)
+    usage = session.config.stash[USAGE_KEY].lines
+    if usage:  # pytest's exit code for bad configuration, as if it had been found before any test
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        collector.worker_state.notes.extend(usage)
     if collector.active and not session.config.option.collectonly:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             collector.interrupted = True
@@ -277,3 +321,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None and collector.active and not collector.is_worker:
         terminalreporter.write_sep("-", f"spec-suite run folder: {collector.run_dir}")
+    for line in config.stash[USAGE_KEY].lines if USAGE_KEY in config.stash else ():
+        terminalreporter.write_line(f"ERROR: {line}", red=True)

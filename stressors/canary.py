@@ -8,7 +8,14 @@ output names the conversation it leaked from. All conversations share a long sys
 prefix (system message plus shared turns) so prefix caches are exercised, and lengths
 and acceptance profiles are mixed: recall answers with random codes are hard for the
 drafter, code and JSON completions are easy. Phrasings come from the embedded corpus, so
-the tiny target answers them correctly when run alone. Environment: none.
+the tiny target answers them correctly when run alone.
+
+Sizing: every prompt must fit the routes' context (`max_prompt_tokens`), with any other
+conversation's question in its place too (mixing's context probes), whatever the tokenizer's
+efficiency. A conversation too long drops filler turns; when even none fit, the whole pool is
+built again with a shorter shared prefix (fresh canary values: a discarded attempt takes none);
+when no prefix fits, WorkloadDoesNotFit says how many tokens the shortest conversation needs.
+Environment: none.
 """
 from __future__ import annotations
 
@@ -44,7 +51,8 @@ FILLERS = (
 )
 LENGTHS = {"short": (0, 1), "medium": (2, 4), "long": (5, 8)}
 TASK_SHAPES = ("math", "code", "json")
-MAX_PROMPT_TOKENS = 400
+MAX_PROMPT_TOKENS = 400  # when the routes' context is unknown
+TASK_DRAWS = 50  # task prompts drawn per item before a prompt room is declared too small for tasks
 _RESERVED = {w.lower() for w in (*corpus.NAMES, *corpus.CITIES, *corpus.COLOURS, *corpus.OBJECTS, *corpus.ANIMALS)}
 
 
@@ -68,13 +76,28 @@ class WorkItem:
                        **fields)
 
 
+class WorkloadDoesNotFit(ValueError):
+    """Even the shortest conversation (no shared turns, no fillers) or task prompt exceeds the prompt room."""
+
+    def __init__(self, *, needed: int, room: int):
+        super().__init__(f"the shortest canary prompt takes {needed} tokens, more than the {room} available")
+        self.needed = needed
+        self.room = room
+
+
 @dataclass(frozen=True)
 class Workload:
-    """A pool of items with distinct canaries; `prefix_tokens` is the length of the shared chat prefix."""
+    """A pool of items with distinct canaries; `prefix_tokens` is the length of the shared chat prefix.
+
+    `room` is the prompt budget it was built for, `shared_turns` how many SHARED_TURNS its prefix
+    kept and `dropped_fillers` how many filler turns were left out so that every prompt fits."""
 
     items: tuple[WorkItem, ...]
     prefix_tokens: int
     seed: int
+    room: int = MAX_PROMPT_TOKENS
+    shared_turns: int = len(SHARED_TURNS)
+    dropped_fillers: int = 0
 
     def __post_init__(self) -> None:
         owners: dict[str, str] = {}
@@ -98,12 +121,28 @@ class Workload:
     def recall(self) -> tuple[WorkItem, ...]:
         return tuple(item for item in self.items if item.shape == "recall")
 
+    @property
+    def cut(self) -> bool:
+        """Did sizing shorten any conversation (fewer shared turns or filler turns left out)?"""
+        return self.shared_turns < len(SHARED_TURNS) or self.dropped_fillers > 0
 
-def shared_prefix(nonce: str = "") -> list[tuple[str, str]]:
+    def sizing(self) -> str:
+        """How the pool was sized to its prompt room (a line for the report)."""
+        lengths = [len(item.prompt_ids) for item in self.items]
+        trimmed = []
+        if self.shared_turns < len(SHARED_TURNS):
+            trimmed.append(f"shared prefix cut to {self.shared_turns} of {len(SHARED_TURNS)} turns")
+        if self.dropped_fillers:
+            trimmed.append(f"{self.dropped_fillers} filler turns left out")
+        return (f"{len(self.items)} prompts of {min(lengths, default=0)}-{max(lengths, default=0)} tokens for a room "
+                f"of {self.room}" + (f" ({'; '.join(trimmed)})" if trimmed else ""))
+
+
+def shared_prefix(nonce: str = "", turns: int = len(SHARED_TURNS)) -> list[tuple[str, str]]:
     """The long prefix every conversation starts with; a nonce makes a prefix no cache has seen."""
     system = SHARED_SYSTEM if not nonce else f"{SHARED_SYSTEM} Session {nonce}."
     messages = [("system", system)]
-    for question, reply in SHARED_TURNS:
+    for question, reply in SHARED_TURNS[:turns]:
         messages += [("user", question), ("assistant", reply)]
     return messages
 
@@ -132,12 +171,12 @@ def _canary_value(kind: str, rng: random.Random, taken: set[str]) -> tuple[str |
     raise RuntimeError(f"could not draw a fresh {kind} canary")
 
 
-def conversation(rng: random.Random, *, length: str, taken: set[str],
-                 nonce: str = "") -> tuple[list[tuple[str, str]], str, str, tuple[str, ...]]:
+def conversation(rng: random.Random, *, length: str, taken: set[str], nonce: str = "",
+                 shared_turns: int = len(SHARED_TURNS)) -> tuple[list[tuple[str, str]], str, str, tuple[str, ...]]:
     """(messages, asked kind, answer, canaries): two facts with fresh values, fillers, then the question."""
     kinds = rng.sample(CANARY_KINDS, 2)
     asked = rng.choice(kinds)
-    messages = shared_prefix(nonce)
+    messages = shared_prefix(nonce, shared_turns)
     values: dict[str, tuple[str | None, str]] = {}
     for kind in kinds:
         values[kind] = _canary_value(kind, rng, taken)
@@ -159,37 +198,84 @@ def renderer(tokenizer) -> Callable[[Sequence[tuple[str, str]]], TokenIds]:
     return lambda messages: encode_prompt(tokenizer, render(tokenizer, messages))
 
 
+class _ConversationTooLong(Exception):
+    """A conversation without fillers does not fit: build again with a shorter shared prefix."""
+
+    def __init__(self, tokens: int):
+        self.tokens = tokens
+
+
 def build_workload(tokenizer, *, size: int, seed: int = 0, task_share: float = 0.25,
                    max_prompt_tokens: int = MAX_PROMPT_TOKENS, nonce: str = "") -> Workload:
-    """`size` items: recall conversations of mixed lengths plus task prompts (math, code, json)."""
+    """`size` items: recall conversations of mixed lengths plus task prompts (math, code, json), each at most
+    `max_prompt_tokens` long; the shared prefix shortens only as far as it must (WorkloadDoesNotFit past that)."""
+    shortest = max_prompt_tokens + 1
+    for turns in range(len(SHARED_TURNS), -1, -1):
+        try:
+            return _build(tokenizer, size=size, seed=seed, task_share=task_share, room=max_prompt_tokens,
+                          nonce=nonce, shared_turns=turns)
+        except _ConversationTooLong as exc:
+            shortest = exc.tokens
+    raise WorkloadDoesNotFit(needed=shortest, room=max_prompt_tokens)
+
+
+def _build(tokenizer, *, size: int, seed: int, task_share: float, room: int, nonce: str,
+           shared_turns: int) -> Workload:
     rng = random.Random(f"canary-workload-{seed}")
+    to_ids = renderer(tokenizer)
+    probe_question = longest_question(tokenizer)
+    fixed = len(shared_prefix(nonce, shared_turns)) + 4  # prefix and the two facts (statement + ack each)
+
+    def fitting_ids(messages: list[tuple[str, str]]) -> TokenIds | None:
+        """The prompt's ids when it fits, and would still fit with any other item's question (context probes)."""
+        ids = to_ids(messages)
+        if len(ids) > room or len(to_ids(messages[:-1] + [("user", probe_question)])) > room:
+            return None
+        return ids
+
     taken: set[str] = set()
     items: list[WorkItem] = []
+    dropped = 0
     n_tasks = round(size * task_share)
-    attempts = 0
-    while len(items) < size:
-        attempts += 1
-        if attempts > 50 * size + 100:
-            raise RuntimeError(f"could not build {size} workload items under {max_prompt_tokens} tokens")
-        index = len(items)
+    for index in range(size):
         if index < size - n_tasks:
             length = tuple(LENGTHS)[index % len(LENGTHS)]
-            messages, asked, answer, canaries = conversation(rng, length=length, taken=taken, nonce=nonce)
-            text = render(tokenizer, messages)
-            ids = encode_prompt(tokenizer, text)
-            if len(ids) > max_prompt_tokens:
-                continue
+            messages, asked, answer, canaries = conversation(rng, length=length, taken=taken, nonce=nonce,
+                                                             shared_turns=shared_turns)
+            while (ids := fitting_ids(messages)) is None:
+                if len(messages) - 1 <= fixed:
+                    raise _ConversationTooLong(len(to_ids(messages)))
+                messages = messages[:-3] + messages[-1:]  # the last filler turn (user + assistant) goes
+                dropped += 1
             items.append(WorkItem(key=f"{index:03d}-recall-{asked}-{length}", shape="recall", length=length,
-                                  prompt_text=text, prompt_ids=ids, answer=answer, canaries=canaries,
-                                  messages=tuple(messages), asked=asked))
+                                  prompt_text=render(tokenizer, messages), prompt_ids=ids, answer=answer,
+                                  canaries=canaries, messages=tuple(messages), asked=asked))
         else:
             shape = TASK_SHAPES[index % len(TASK_SHAPES)]
-            sample = corpus.MAKERS[shape](rng, "heldout")
-            ids = encode_prompt(tokenizer, sample.prompt)
+            sample, ids = _task_prompt(tokenizer, shape, rng, room)
             items.append(WorkItem(key=f"{index:03d}-{shape}", shape=shape, length="task", prompt_text=sample.prompt,
                                   prompt_ids=ids, answer=sample.answer))
     shared = common_prefix([i.prompt_ids for i in items if i.shape == "recall"])
-    return Workload(items=tuple(items), prefix_tokens=shared, seed=seed)
+    return Workload(items=tuple(items), prefix_tokens=shared, seed=seed, room=room, shared_turns=shared_turns,
+                    dropped_fillers=dropped)
+
+
+def _task_prompt(tokenizer, shape: str, rng: random.Random, room: int):
+    """A held-out corpus task of `shape` whose prompt fits `room` (drawn again when it does not)."""
+    shortest = None
+    for _ in range(TASK_DRAWS):
+        sample = corpus.MAKERS[shape](rng, "heldout")
+        ids = encode_prompt(tokenizer, sample.prompt)
+        if len(ids) <= room:
+            return sample, ids
+        shortest = min(shortest or len(ids), len(ids))
+    raise WorkloadDoesNotFit(needed=shortest, room=room)
+
+
+def longest_question(tokenizer) -> str:
+    """The canary question with the most tokens: any conversation may be asked it by a context probe."""
+    questions = {FACTS[kind][3].format(animal, "") for kind in CANARY_KINDS for animal in corpus.ANIMALS}
+    return max(sorted(questions), key=lambda q: len(encode_prompt(tokenizer, q)))
 
 
 def common_prefix(sequences: Sequence[Sequence[int]]) -> int:

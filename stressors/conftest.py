@@ -1,5 +1,8 @@
 """Fixtures of the stressor modules: the load budget, the canary workload and its serial greedy references.
 
+The workload is sized into the pair's context (fixtures/prompts/fit.py): every prompt plus
+the stressors' max_tokens fits both routes; a context too small for the shortest canary
+conversation ends the run as a configuration error (exit 4) naming the route.
 The references are the candidate's own outputs with one request at a time: every
 concurrent run must reproduce them token for token. They are computed once per worker
 and candidate (RouteHandle memoises greedy requests).
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.stressors.canary import build_workload, serial_references
+from spec_route_suite.stressors.canary import MAX_PROMPT_TOKENS, WorkloadDoesNotFit, build_workload, serial_references
 from spec_route_suite.stressors.driver import budget_for
 
 STRESS_MAX_TOKENS = 48  # recall answers end within ~16 tokens; code and JSON within ~40
@@ -29,8 +32,31 @@ def stress_max_tokens(suite_config) -> int:
 
 
 @pytest.fixture(scope="session")
-def stress_workload(tokenizer, stress_budget, suite_config):
-    return build_workload(tokenizer, size=stress_budget.pool, seed=suite_config.seed)
+def stress_prompt_tokens(context_fit, stress_max_tokens) -> int:
+    """The most prompt tokens a stressor request may carry: the pair's room, or a default when unknown."""
+    room = context_fit.room(stress_max_tokens)
+    return MAX_PROMPT_TOKENS if room is None else room
+
+
+@pytest.fixture(scope="session")
+def sized_workload(tokenizer, context_fit, stress_prompt_tokens, stress_max_tokens, report_note):
+    """build_workload(size=, seed=, ...) sized into the pair's context; what sizing cut is noted in the report."""
+    def build(*, size: int, seed: int, **options):
+        try:
+            workload = build_workload(tokenizer, size=size, seed=seed, max_prompt_tokens=stress_prompt_tokens,
+                                      **options)
+        except WorkloadDoesNotFit as exc:
+            raise context_fit.too_small(needed=exc.needed, max_tokens=stress_max_tokens,
+                                        what="the stressors' canary conversations") from None
+        if workload.cut and not options.get("nonce"):  # the prefix-cache variants are cut alike, by the same room
+            report_note(f"stressors: canary workload sized to {context_fit.describe()}: {workload.sizing()}")
+        return workload
+    return build
+
+
+@pytest.fixture(scope="session")
+def stress_workload(sized_workload, stress_budget, suite_config):
+    return sized_workload(size=stress_budget.pool, seed=suite_config.seed)
 
 
 @pytest.fixture(scope="session")

@@ -17,17 +17,16 @@ import pytest
 from spec_route_suite.equivalence.greedy import first_divergence
 from spec_route_suite.fixtures.routes.textlevel import same_output
 from spec_route_suite.reports.findings import Finding
-from spec_route_suite.stressors.canary import build_workload
 from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan
 
 pytestmark = pytest.mark.check("prefix-cache")
 
 
-def test_cache_hits_give_the_cold_output(candidate, baseline, tokenizer, stress_budget, stress_max_tokens,
+def test_cache_hits_give_the_cold_output(candidate, baseline, sized_workload, stress_budget, stress_max_tokens,
                                          suite_config, findings):
     nonce = secrets.token_hex(3)
-    variants = build_workload(tokenizer, size=stress_budget.prefix_variants, seed=suite_config.seed + 7919,
-                              task_share=0.0, nonce=nonce)
+    variants = sized_workload(size=stress_budget.prefix_variants, seed=suite_config.seed + 7919, task_share=0.0,
+                              nonce=nonce)
     mt = stress_max_tokens
     problems: list[str] = []
 

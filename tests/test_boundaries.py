@@ -14,8 +14,8 @@ import spec_route_suite.equivalence.test_boundaries as boundary_suite
 from spec_route_suite.equivalence.boundaries import (VARIANTS, Case, build_cases, pick_stop_string, pick_stop_token, speculation_depth,
                                     violations)
 from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory
-from tests.test_greedy_routes import (Rewired, Sink, baseline_handle, handle, prompts, reference_route, suite_config,
-                                      tokenizer)
+from tests.test_greedy_routes import (Rewired, Sink, baseline_handle, fitted_prompts, handle, prompts, reference_route,
+                                      suite_config, tokenizer)
 
 EOS = 2
 
@@ -24,8 +24,9 @@ def run_sweep(variant, prompt, candidate):
     sink = Sink()
     try:
         boundary_suite.test_boundary_sweep(variant=variant, lean_prompt=prompt, baseline=baseline_handle(),
-                                           candidate=candidate, tokenizer=tokenizer(), suite_config=suite_config(),
-                                           eos_token_id=tokenizer().eos_token_id, findings=sink)
+                                           candidate=candidate, tokenizer=tokenizer(), fitted_prompts=fitted_prompts(),
+                                           suite_config=suite_config(), eos_token_id=tokenizer().eos_token_id,
+                                           findings=sink)
     except pytest.fail.Exception as failure:
         return str(failure), sink.items
     return None, sink.items

@@ -16,8 +16,8 @@ import spec_route_suite.equivalence.test_greedy as greedy_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.planted import PlantedDivergenceRoute
-from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, handle, hf_route, prompts,
-                                      reference_route, suite_config, tokenizer)
+from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
+                                      hf_route, prompts, reference_route, suite_config, tokenizer)
 
 FLOOR = calib.Calibration(route="baseline", tau=calib.TAU_FLOOR, logprob_tol=calib.TOL_FLOOR, noise=1e-5)
 NOISE = 0.1
@@ -29,6 +29,7 @@ def run_greedy(prompt, baseline, candidate, *, policy="strict", calibration=None
     try:
         greedy_suite.test_greedy_matches_baseline(
             prompt=prompt, baseline=baseline, candidate=candidate, tokenizer=tokenizer(),
+            fitted_prompts=fitted_prompts(),
             suite_config=suite_config(greedy_policy=policy), calibration=calibration or FixedCalibration(FLOOR),
             eos_token_id=tokenizer().eos_token_id, findings=sink)
     except pytest.fail.Exception as failure:
@@ -151,14 +152,16 @@ def test_fisher_flags_a_candidate_splitting_at_near_ties_more_than_the_baseline(
     quiet = replace(calibration.get(), aa_flips=0, aa_tokens=20000)
     sink = Sink()
     greedy_suite.test_near_tie_rate_matches_aa(
-        baseline=baseline, candidate=candidate, tokenizer=tokenizer(), suite_config=suite_config(alpha=0.05),
+        baseline=baseline, candidate=candidate, tokenizer=tokenizer(), fitted_prompts=fitted_prompts(),
+        suite_config=suite_config(alpha=0.05),
         calibration=FixedCalibration(quiet, split_prompts), eos_token_id=tokenizer().eos_token_id, findings=sink)
     (warning,) = sink.items
     assert warning.severity == "warning" and "near-ties" in warning.title and warning.details["p_value"] < 0.05
     same = replace(calibration.get(), aa_flips=50, aa_tokens=100)  # a baseline that flips as often
     sink = Sink()
     greedy_suite.test_near_tie_rate_matches_aa(
-        baseline=baseline, candidate=candidate, tokenizer=tokenizer(), suite_config=suite_config(alpha=0.05),
+        baseline=baseline, candidate=candidate, tokenizer=tokenizer(), fitted_prompts=fitted_prompts(),
+        suite_config=suite_config(alpha=0.05),
         calibration=FixedCalibration(same, split_prompts), eos_token_id=tokenizer().eos_token_id, findings=sink)
     assert sink.items == [], sink.items[0].details["diff"]
     assert any(kind == "calibration" for kind, _ in sink.measurements)

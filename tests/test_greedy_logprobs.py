@@ -14,8 +14,8 @@ import spec_route_suite.equivalence.test_logprobs as logprob_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.logprobs import compare_logprobs
 from spec_route_suite.fixtures.routes.base import TokenLogprobs
-from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, handle, hf_route, prompts,
-                                      reference_route, suite_config, tokenizer)
+from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
+                                      hf_route, prompts, reference_route, suite_config, tokenizer)
 
 FLOOR = calib.Calibration(route="baseline", tau=calib.TAU_FLOOR, logprob_tol=calib.TOL_FLOOR, noise=1e-5)
 
@@ -24,7 +24,8 @@ def run_logprobs(prompt, candidate, baseline=None):
     sink = Sink()
     try:
         logprob_suite.test_logprobs_match_baseline(
-            lean_prompt=prompt, baseline=baseline or baseline_handle(), candidate=candidate, tokenizer=tokenizer(),
+            lean_prompt=prompt, baseline=baseline or baseline_handle(), candidate=candidate,
+            fitted_prompts=fitted_prompts(),
             suite_config=suite_config(), calibration=FixedCalibration(FLOOR), findings=sink)
     except pytest.fail.Exception as failure:
         return str(failure), sink.items

@@ -100,6 +100,14 @@ def tokenizer():
 
 
 @lru_cache(maxsize=1)
+def fitted_prompts():
+    """What the plugin's fitted_prompts fixture gives for the embedded pair: prompts sized into 512 positions."""
+    from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
+    fit = ContextFit((RouteContext("baseline", 512, "embedded model"), RouteContext("candidate", 512, "embedded model")))
+    return FittedPrompts(tokenizer(), fit, max_tokens=suite_config().max_new_tokens)
+
+
+@lru_cache(maxsize=1)
 def model_pair():
     from spec_route_suite.fixtures.routes.reference.route import load_model
     torch.set_num_threads(1)

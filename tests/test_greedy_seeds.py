@@ -6,13 +6,14 @@ from dataclasses import replace
 import pytest
 
 import spec_route_suite.equivalence.test_seeds as seeds_suite
-from tests.test_greedy_routes import Rewired, Sink, handle, hf_route, prompts, reference_route, suite_config, tokenizer
+from tests.test_greedy_routes import (Rewired, Sink, fitted_prompts, handle, hf_route, prompts, reference_route,
+                                      suite_config, tokenizer)
 
 
 def run_seeds(prompt, candidate):
     sink = Sink()
     try:
-        seeds_suite.test_same_seed_same_tokens(lean_prompt=prompt, candidate=candidate, tokenizer=tokenizer(),
+        seeds_suite.test_same_seed_same_tokens(lean_prompt=prompt, candidate=candidate, fitted_prompts=fitted_prompts(),
                                                suite_config=suite_config(), findings=sink)
     except pytest.fail.Exception as failure:
         return str(failure), sink.items

@@ -16,8 +16,8 @@ from spec_route_suite.equivalence.test_streaming import stream_problems
 from spec_route_suite.fixtures.routes.base import Completion
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
-from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, handle, hf_route, prompts,
-                                      reference_route, suite_config, tokenizer)
+from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
+                                      hf_route, prompts, reference_route, suite_config, tokenizer)
 
 
 FLOOR = calib.Calibration(route="baseline", tau=calib.TAU_FLOOR, logprob_tol=calib.TOL_FLOOR, noise=1e-5)
@@ -28,6 +28,7 @@ def run_stream(prompt, candidate, with_stop=False, *, baseline=None, calibration
     try:
         streaming_suite.test_stream_matches_non_stream(
             lean_prompt=prompt, baseline=baseline or baseline_handle(), candidate=candidate, tokenizer=tokenizer(),
+            fitted_prompts=fitted_prompts(),
             suite_config=suite_config(greedy_policy=policy), calibration=calibration or FixedCalibration(FLOOR),
             eos_token_id=tokenizer().eos_token_id, with_stop=with_stop, findings=sink)
     except pytest.fail.Exception as failure:
