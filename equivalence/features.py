@@ -16,6 +16,7 @@ Environment: none.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -177,3 +178,52 @@ def with_feature(req: Request, **changes) -> Request:
     """The same request with a feature on and its own request id (the memo keys on the whole request)."""
     name = "+".join(f"{k}" for k in sorted(changes))
     return replace(req, request_id=f"{req.request_id}+{name}", **changes)
+
+
+# ---- structured output ----
+JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+
+def json_answer_problem(out: Completion, *, schema: dict | None) -> str | None:
+    """A stopped answer must be one JSON object (matching `schema` when given); a truncated one
+    (finish "length") is not judged."""
+    if out.finish_reason != "stop":
+        return None
+    try:
+        value = json.loads(out.text)
+    except ValueError as exc:
+        return f"answer is not JSON ({exc}): {out.text[:120]!r}"
+    problem = schema_problem(value, schema or {"type": "object"})
+    return f"{problem}: {out.text[:120]!r}" if problem else None
+
+
+def schema_problem(value, schema: dict, where: str = "$") -> str | None:
+    """The JSON-schema subset the checks send: type, properties, required, additionalProperties."""
+    kind = schema.get("type")
+    if kind == "integer":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = kind is None or isinstance(value, JSON_TYPES[kind])
+    if not ok:
+        return f"{where} is {type(value).__name__}, schema wants {kind}"
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", ()) if k not in value]
+        if missing:
+            return f"{where} lacks required {missing}"
+        props = schema.get("properties", {})
+        extra = [k for k in value if k not in props]
+        if schema.get("additionalProperties") is False and extra:
+            return f"{where} has properties {extra} the schema forbids"
+        for key, sub in props.items():
+            if key in value and (problem := schema_problem(value[key], sub, f"{where}.{key}")):
+                return problem
+    return None
+
+
+def schema_of(value: dict) -> dict:
+    """A strict schema for an object shaped like `value` (the baseline's own JSON answer)."""
+    types = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    return {"type": "object", "required": sorted(value), "additionalProperties": False,
+            "properties": {k: {"type": types.get(type(v), "string")} for k, v in value.items()}}

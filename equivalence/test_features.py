@@ -1,4 +1,4 @@
-"""Request features under speculation: penalties, logit_bias, min_tokens, n > 1.
+"""Request features under speculation: penalties, logit_bias, min_tokens, n > 1, structured output.
 
 Each test probes the feature on the routes it needs (a refusal is "not verified: ... does not
 support ...", never a pass), checks greedy parity with the baseline where both support it
@@ -9,6 +9,7 @@ lean prompts (one per category), a handful of short requests per feature.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -16,12 +17,13 @@ from spec_route_suite.equivalence.conftest import pick_lean
 from spec_route_suite.equivalence.divergence import UNCLASSIFIED, Classification, classify_divergence
 from spec_route_suite.equivalence.features import (BAN_BIAS, BOOST_BIAS, PENALTIES, FeatureScorer, Refusal,
                                                    banned_effect, boosted_effect, classifiable, identical_samples_p,
-                                                   min_tokens_effect, n_greedy_effect, penalty_effect, probe,
-                                                   rare_token, repeat_rate, with_feature)
+                                                   json_answer_problem, min_tokens_effect, n_greedy_effect,
+                                                   penalty_effect, probe, rare_token, repeat_rate, schema_of,
+                                                   with_feature)
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.fixtures.routes.base import Completion, Request, ResponseFormat
 from spec_route_suite.reports.findings import Finding
 
 pytestmark = pytest.mark.check("features")
@@ -31,6 +33,8 @@ PENALTY_TOKENS = 40    # with ignore_eos: long enough that the model repeats its
 SHORT_TOKENS = 24
 N = 4
 SAMPLED_TOKENS = 24
+JSON_TOKENS = 48
+JSON_CONCURRENCY = 8
 
 
 def _pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
@@ -216,3 +220,59 @@ def test_n_sampled_choices_are_independent(baseline, candidate, tokenizer, suite
         _ignored(findings, route=candidate, feature="n",
                  problem=f"the {N} sampled choices are identical (p = {p_value:.2g} if independent)", req=many,
                  choices=[list(a) for a in answers], p_value=p_value)
+
+
+def _json_pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
+    """JSON-category prompts (answers that complete) and lean prompts of other kinds (where the
+    grammar must steer the model away from its own answer)."""
+    everything = load_prompt_set(suite_config.categories)
+    json_prompts = [p for p in everything if p.category == "json"][:2]
+    others = [p for p in pick_lean(everything, POOL + 1) if p.category != "json"][:POOL]
+    return [(p.id, encode_prompt(tokenizer, p.text)) for p in json_prompts + others]
+
+
+@pytest.mark.parametrize("kind", ["json_object", "json_schema"])
+def test_structured_output_parses_matches_and_survives_load(kind, baseline, candidate, tokenizer, suite_config,
+                                                            findings, parity):
+    """Every stopped answer is one JSON object (matching the schema), equal to the baseline's where it
+    supports the format, and the same again with 8 requests in flight; the route is healthy after."""
+    schema = None
+    pool = _json_pool(tokenizer, suite_config)
+    if kind == "json_schema":
+        sample = next((json.loads(c.text) for c in (_plain(baseline, pid, ids, max_tokens=JSON_TOKENS, tag="json")[1]
+                                                     for pid, ids in pool) if _is_object(c.text)), None)
+        if sample is None:
+            pytest.skip("not verified: json_schema: no baseline answer in the pool is a JSON object to take a schema from")
+        schema = schema_of(sample)
+    fmt = ResponseFormat(kind, json.dumps(schema, sort_keys=True) if schema else "")
+    requests = [Request(prompt_ids=ids, max_tokens=JSON_TOKENS, response_format=fmt,
+                        request_id=f"feature-{kind}-{pid}") for pid, ids in pool]
+    serial = [_supported(candidate, r, "response_format", findings) for r in requests]
+    problems = [f"{r.request_id}: {p}" for r, out in zip(requests, serial)
+                if (p := json_answer_problem(out, schema=schema))]
+    if problems:
+        _ignored(findings, route=candidate, feature=kind, problem="; ".join(problems)[:600], req=requests[0],
+                 answers=[o.text for o in serial])
+    if not any(o.finish_reason == "stop" for o in serial):
+        pytest.skip(f"not verified: {kind}: no answer of '{candidate.name}' completed within {JSON_TOKENS} tokens")
+    loaded = candidate.generate_concurrently(requests * 2, concurrency=JSON_CONCURRENCY)
+    broken = [f"{r.request_id}: {o if isinstance(o, Exception) else 'differs from its serial answer'}"
+              for r, o, s in zip(requests * 2, loaded, serial * 2)
+              if isinstance(o, Exception) or o.token_ids != s.token_ids]
+    if broken or not candidate.health():
+        _ignored(findings, route=candidate, feature=kind, req=requests[0],
+                 problem=f"at concurrency {JSON_CONCURRENCY}: " + ("; ".join(broken)[:600] or "route unhealthy after"))
+    for req, actual in zip(requests, serial):
+        expected = probe(baseline, req, "response_format")
+        if isinstance(expected, Refusal):
+            findings.measure("feature_support", feature="response_format", route=baseline.name, supported=False,
+                             why=expected.why)
+            return   # parity not verified; the candidate's answers were still judged above
+        parity(kind, req, expected, actual)
+
+
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False

@@ -89,6 +89,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("logit_bias_draft_ignored", "features"),
     Mutant("min_tokens_eos_in_block", "features"),
     Mutant("n_shared_stream", "features"),
+    Mutant("grammar_first_only", "features"),
 )
 
 

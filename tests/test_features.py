@@ -186,3 +186,44 @@ def test_feature_checks_pass_the_correct_engine_and_catch_each_fault(tmp_path):
     assert not result.findings_for("correct"), result.findings_for("correct")
     for mutant in FEATURE_FAULTS:
         assert result.caught(route=mutant.route_name, check="features"), f"{mutant.fault} not caught\n{result.describe()}"
+
+
+# -- structured output: the engine's JSON automaton and the check's schema judge -----------------
+@pytest.mark.parametrize("text, prefix, complete", [
+    (' {"a": 1, "b": [true, null, -2.5e3], "c": {"d": "x\\"y"}}', True, True),
+    ('{"a": "unfinished', True, False), ("{}", True, True), ('{"a" 1}', False, False), ("[1]", False, False),
+    ('{"a": tru', True, False), ('{"a": trux}', False, False), ('{"a": 1}}', False, False), ('{,}', False, False)])
+def test_json_prefix_automaton(text, prefix, complete):
+    from spec_route_suite.fixtures.routes.reference.grammar import JsonPrefix
+    state = JsonPrefix().feed(text)
+    assert (state is not None) == prefix and (state is not None and state.complete) == complete
+
+
+def test_schema_judge_on_stopped_answers_only():
+    from spec_route_suite.equivalence.features import json_answer_problem, schema_of
+    from spec_route_suite.fixtures.routes.base import Completion
+    schema = schema_of({"name": "Dina", "age": 31})
+    def out(text, finish="stop"):
+        return Completion(token_ids=(1,), text=text, finish_reason=finish, route="r")
+    assert json_answer_problem(out('{"name": "Ann", "age": 4}'), schema=schema) is None
+    assert "lacks required" in json_answer_problem(out('{"name": "Ann"}'), schema=schema)
+    assert "wants integer" in json_answer_problem(out('{"name": "Ann", "age": "4"}'), schema=schema)
+    assert "forbids" in json_answer_problem(out('{"name": "A", "age": 4, "x": 1}'), schema=schema)
+    assert "not JSON" in json_answer_problem(out('{"name": '), schema=None)
+    assert json_answer_problem(out('{"name": ', finish="length"), schema=None) is None
+
+
+def test_engine_json_object_equals_a_masked_greedy_loop(loop, ref, models, prompts):
+    """Speculation with the JSON mask at every verified position equals one-token-at-a-time decoding
+    under the same mask (the automaton is judged on its own above)."""
+    fmt = ResponseFormat("json_object")
+    ids = prompts["math-00"]
+    got = together(loop, ref, [greedy(ids, max_tokens=24, response_format=fmt), greedy(prompts["json-00"])])[0]
+    mask = ref.engine.adjuster.json_mask()
+    eos = frozenset({ref.tokenizer.eos_token_id})
+    out: list[int] = []
+    with torch.inference_mode():
+        while len(out) < 24 and (not out or out[-1] not in eos):
+            logits = models[0](input_ids=torch.tensor([list(ids) + out])).logits[0, -1].float()
+            out.append(int(logits.masked_fill(~mask.allowed(mask.state_of(out), eos), float("-inf")).argmax()))
+    assert list(got.token_ids) == out and got.text.lstrip().startswith("{")
