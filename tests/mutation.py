@@ -27,9 +27,10 @@ ISSUE_TITLES = {
     4: "Greedy rigor: divergence classification, logprob consistency, streaming parity, boundary checks",
     5: "Sampling-distribution tests with a measured false-alarm rate and power",
     6: "Concurrency stressors: cross-context mixing, batch invariance, determinism, task accuracy under load, aborts",
+    14: "Request features under speculation: penalties, logit_bias, min_tokens, min_p, n > 1, structured output, chat",
 }
 # the check family -> the issue that adds it (greedy itself is the foundation's)
-FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distribution": 5, "mixing": 6}
+FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distribution": 5, "mixing": 6, "features": 14}
 # one budget for every run, so "the correct engine passes" is claimed at the budget the faults are caught at
 COMMON_ARGS = ("--prompt-limit", "2", "--concurrency", "8", "--stress-requests", "100", "--detect-tv", "0.2")
 NOISY_SEEDS = (1, 2)
@@ -83,6 +84,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("soft_q_for_argmax_draft", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("draft_temperature_ignored", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("top_p_one_side", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "p0.9")),
+    # request features (equivalence/test_features.py): one run, each fault caught by the test for its feature
+    Mutant("penalty_bonus_only", "features"),
+    Mutant("logit_bias_draft_ignored", "features"),
+    Mutant("min_tokens_eos_in_block", "features"),
+    Mutant("n_shared_stream", "features"),
+    Mutant("grammar_first_only", "features"),
 )
 
 

@@ -32,23 +32,33 @@ def _runnable(m: Mutant) -> bool:
     return bool(catcher_paths(m))
 
 
-def _groups() -> dict[tuple, list[Mutant]]:
+def _groups(selected: set[Mutant] | None = None) -> dict[tuple, list[Mutant]]:
     groups: dict[tuple, list[Mutant]] = {}
     for m in MUTANTS:
-        if _runnable(m):
+        if _runnable(m) and (selected is None or m in selected):
             groups.setdefault(m.group, []).append(m)
     return groups
 
 
+def _selection(session: pytest.Session) -> tuple[set[Mutant], bool]:
+    """The mutants the selected tests ask about, and whether the correct-engine run is selected
+    (`-k ROW_ID` runs only that row's suite run, not the whole table)."""
+    mutants = {item.callspec.params["mutant"] for item in session.items
+               if hasattr(item, "callspec") and "mutant" in item.callspec.params}
+    correct = any(item.name == "test_mutation_correct_engine_passes_every_catcher" for item in session.items)
+    return mutants, correct
+
+
 @pytest.fixture(scope="module")
-def mutation_runs(tmp_path_factory, worker_id):
+def mutation_runs(tmp_path_factory, worker_id, request):
     """{"correct": SuiteResult, Mutant.group: SuiteResult}; computed once per session, also under xdist.
 
     Under xdist the first worker runs the suites while holding a file lock and leaves the
     results beside the workers' temp dirs; the others wait on the lock and read them.
     """
+    selected, correct = _selection(request.session)
     if worker_id == "master":
-        results = _run_all(tmp_path_factory)
+        results = _run_all(tmp_path_factory, selected, correct)
     else:
         shared = tmp_path_factory.getbasetemp().parent
         with FileLock(str(shared / "mutation.lock")):
@@ -56,7 +66,7 @@ def mutation_runs(tmp_path_factory, worker_id):
             if cache.exists():
                 results = {_key(k): SuiteResult.from_json(v) for k, v in json.loads(cache.read_text())}
             else:
-                results = _run_all(tmp_path_factory)
+                results = _run_all(tmp_path_factory, selected, correct)
                 cache.write_text(json.dumps([[_key_json(k), r.to_json()] for k, r in results.items()]))
     yield results
     print("\n" + format_table(table_rows(results), correct=correct_status(results.get("correct"))))
@@ -70,15 +80,16 @@ def _key(data):
     return data if data == "correct" else (data[0], data[1], tuple(data[2]))
 
 
-def _run_all(tmp_path_factory) -> dict:
-    groups = _groups()
+def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
+    every = _groups()
     jobs = {}
-    correct_paths = sorted({p for (catcher, expect, _), ms in groups.items() if expect == "caught"
-                            for p in catcher_paths(ms[0])})
-    extra = [a for catcher in sorted({c for (c, _, _) in groups}) for a in FAMILY_ARGS.get(catcher, ())]
-    jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
-                           paths=correct_paths)
-    for (catcher, expect, row_args), ms in groups.items():
+    if correct:
+        correct_paths = sorted({p for (catcher, expect, _), ms in every.items() if expect == "caught"
+                                for p in catcher_paths(ms[0])})
+        extra = [a for catcher in sorted({c for (c, _, _) in every}) for a in FAMILY_ARGS.get(catcher, ())]
+        jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
+                               paths=correct_paths)
+    for (catcher, expect, row_args), ms in _groups(selected).items():
         args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ()), *row_args]
         job = dict(candidate_uri={m.route_name: m.uri() for m in ms}, extra_args=args, paths=catcher_paths(ms[0]))
         if expect == "near-tie":
@@ -107,6 +118,8 @@ def table_rows(results) -> list[Row]:
         row = Row(mutant=m)
         if not catcher_paths(m):
             row.status = f"xfail (no '{m.catcher}' check yet)"
+        elif m.group not in results:
+            row.status = "not run (deselected)"
         else:
             result = results[m.group]
             ok, _ = verdict_for(m, result)

@@ -1,0 +1,286 @@
+"""Request features under speculation: penalties, logit_bias, min_tokens, n > 1, structured output.
+
+Each test probes the feature on the routes it needs (a refusal is "not verified: ... does not
+support ...", never a pass), checks greedy parity with the baseline where both support it
+(divergences classified as in the greedy check, same --greedy-policy), and checks that the
+feature acted on a request built so that it must (equivalence/features.py). Prompts: the
+lean prompts (one per category), a handful of short requests per feature.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from spec_route_suite.equivalence.conftest import pick_lean
+from spec_route_suite.equivalence.divergence import UNCLASSIFIED, Classification, classify_divergence
+from spec_route_suite.equivalence.features import (BAN_BIAS, BOOST_BIAS, PENALTIES, FeatureScorer, Refusal,
+                                                   banned_effect, boosted_effect, classifiable, identical_samples_p,
+                                                   json_answer_problem, min_tokens_effect, n_greedy_effect,
+                                                   penalty_effect, probe, rare_token, repeat_rate, schema_of,
+                                                   with_feature)
+from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.base import Completion, Request, ResponseFormat
+from spec_route_suite.reports.findings import Finding
+
+pytestmark = pytest.mark.check("features")
+
+POOL = 2               # lean prompts a feature may choose from
+PENALTY_TOKENS = 40    # with ignore_eos: long enough that the model repeats itself
+SHORT_TOKENS = 24
+N = 4
+SAMPLED_TOKENS = 24
+JSON_TOKENS = 48
+JSON_CONCURRENCY = 8
+
+
+def _pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
+    prompts = pick_lean(load_prompt_set(suite_config.categories), POOL)
+    return [(p.id, encode_prompt(tokenizer, p.text)) for p in prompts]
+
+
+def _plain(route, prompt_id: str, prompt_ids, *, max_tokens: int, tag: str, **kw) -> tuple[Request, Completion]:
+    req = Request(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens, temperature=0.0,
+                  request_id=f"feature-{tag}-{prompt_id}", **kw)
+    return req, route.generate(req)
+
+
+def _supported(route, req: Request, feature: str, findings) -> Completion:
+    """The route's answer to a feature request, or skip as not verified when it refuses the feature."""
+    answer = probe(route, req, feature)
+    if isinstance(answer, Refusal):
+        _not_supported(findings, answer)
+    findings.measure("feature_support", feature=feature, route=route.name, supported=True)
+    return answer
+
+
+def _not_supported(findings, refusal: Refusal) -> None:
+    findings.measure("feature_support", feature=refusal.feature, route=refusal.route, supported=False,
+                     why=refusal.why)
+    pytest.skip(f"not verified: {refusal.describe()}")
+
+
+def _ignored(findings, *, route, feature: str, problem: str, req: Request, **evidence) -> None:
+    """A route accepted a feature and did not apply it as it must: a finding, and the test fails."""
+    findings.add(Finding(
+        check="features", severity="bug", route=route.name,
+        title=f"{feature}: route '{route.name}' accepts the feature but it did not act: {problem}"[:300],
+        details={"diff": problem, "feature": feature, "prompt_ids": list(req.prompt_ids),
+                 "request": {k: v for k, v in dataclasses.asdict(req).items() if k != "prompt_ids"}, **evidence}))
+    pytest.fail(f"{feature} on '{route.name}': {problem}", pytrace=False)
+
+
+def _parity(findings, *, feature: str, req: Request, expected: Completion, actual: Completion, baseline, candidate,
+            tokenizer, suite_config, calibration, eos_token_id) -> None:
+    """Greedy parity under the feature: the greedy check's comparison, classification and policy."""
+    divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
+    if divergence is None:
+        return
+    tau = calibration.get().tau
+    if classifiable(req):
+        verdict = classify_divergence(
+            baseline=FeatureScorer(baseline, req, eos_token_id=eos_token_id), prompt_ids=req.prompt_ids,
+            divergence=divergence, baseline_completion=expected, candidate_completion=actual,
+            max_tokens=req.max_tokens, tau=tau, eos_token_id=eos_token_id, decode=tokenizer.decode)
+    else:
+        verdict = Classification(verdict=UNCLASSIFIED, method="none", tau=tau,
+                                 reason=f"{feature} rescales logits, which teacher-forced logprobs cannot "
+                                        "reproduce: the divergence cannot be classified and counts as a bug")
+    excused = suite_config.greedy_policy == "classify" and verdict.is_near_tie
+    findings.add(Finding(
+        check="features", severity="near-tie" if excused else "bug", route=candidate.name,
+        title=f"{feature}: greedy output with the feature diverges from the baseline at token "
+              f"{divergence.position} ({verdict.verdict})",
+        details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}", "feature": feature,
+                 "divergence": dataclasses.asdict(divergence), "classification": verdict.to_details(),
+                 "policy": suite_config.greedy_policy, "prompt_ids": list(req.prompt_ids),
+                 "max_tokens": req.max_tokens, "baseline_tokens": list(expected.token_ids),
+                 "candidate_tokens": list(actual.token_ids)}))
+    if not excused:
+        pytest.fail(f"{feature}: candidate '{candidate.name}' diverges from baseline '{baseline.name}' at token "
+                    f"{divergence.position}\n{divergence.diff()}\n  classification: {verdict.summary()}",
+                    pytrace=False)
+
+
+@pytest.fixture
+def parity(findings, baseline, candidate, tokenizer, suite_config, calibration, eos_token_id):
+    def check(feature: str, req: Request, expected: Completion, actual: Completion) -> None:
+        _parity(findings, feature=feature, req=req, expected=expected, actual=actual, baseline=baseline,
+                candidate=candidate, tokenizer=tokenizer, suite_config=suite_config, calibration=calibration,
+                eos_token_id=eos_token_id)
+    return check
+
+
+@pytest.mark.parametrize("feature", sorted(PENALTIES))
+def test_penalty_acts_and_matches(feature, baseline, candidate, tokenizer, suite_config, findings, parity):
+    """On a pool prompt whose 40-token continuation (ignore_eos) the penalty visibly de-repeats on the
+    baseline, it must do the same on the candidate (changed, repeating less), token for token."""
+    problems, unchanged = [], 0
+    for pid, ids in _pool(tokenizer, suite_config):
+        req, base_plain = _plain(baseline, pid, ids, max_tokens=PENALTY_TOKENS, tag="penalty", ignore_eos=True)
+        penalised = with_feature(req, **{feature: PENALTIES[feature]})
+        expected = probe(baseline, penalised, feature)
+        if isinstance(expected, Refusal):
+            _not_supported(findings, expected)
+        problem = penalty_effect(feature=feature, plain=base_plain, penalised=expected, prompt_ids=req.prompt_ids)
+        if problem is None:
+            break
+        problems.append(f"{pid}: {problem}")
+        unchanged += expected.token_ids == base_plain.token_ids
+    else:
+        if unchanged == len(problems):   # accepted everywhere, acted nowhere
+            _ignored(findings, route=baseline, feature=feature, req=penalised, problem="; ".join(problems))
+        pytest.skip(f"not verified: {feature}: on no pool prompt did it reduce the baseline's repetition "
+                    f"({'; '.join(problems)})")
+    findings.measure("feature_support", feature=feature, route=baseline.name, supported=True)
+    actual = _supported(candidate, penalised, feature, findings)
+    plain = candidate.generate(req)
+    problem = penalty_effect(feature=feature, plain=plain, penalised=actual, prompt_ids=req.prompt_ids)
+    if problem:
+        _ignored(findings, route=candidate, feature=feature, problem=problem, req=penalised,
+                 plain_tokens=list(plain.token_ids), penalised_tokens=list(actual.token_ids))
+    parity(feature, penalised, expected, actual)
+
+
+@pytest.mark.parametrize("direction", ["ban", "boost"])
+def test_logit_bias_acts_and_matches(direction, baseline, candidate, tokenizer, suite_config, findings, parity):
+    """-100 on the baseline's first greedy token: it never appears; +100 on a rare token: it comes first."""
+    pid, ids = _pool(tokenizer, suite_config)[0]
+    req, plain = _plain(baseline, pid, ids, max_tokens=SHORT_TOKENS, tag="bias")
+    if not plain.token_ids:
+        pytest.skip(f"not verified: logit_bias: the baseline's answer to {pid} is empty")
+    if direction == "ban":
+        token = plain.token_ids[0]
+        biased = with_feature(req, logit_bias=((token, BAN_BIAS),))
+    else:
+        token = rare_token(tokenizer, avoid=plain.token_ids, decode=tokenizer.decode)
+        biased = with_feature(req, logit_bias=((token, BOOST_BIAS),), max_tokens=8)
+    expected = _supported(baseline, biased, "logit_bias", findings)
+    actual = _supported(candidate, biased, "logit_bias", findings)
+    for route, answer in ((baseline, expected), (candidate, actual)):
+        problem = (banned_effect(banned=token, out=answer) if direction == "ban"
+                   else boosted_effect(boosted=token, out=answer))
+        if problem:
+            _ignored(findings, route=route, feature="logit_bias", problem=problem, req=biased,
+                     tokens=list(answer.token_ids))
+    parity("logit_bias", biased, expected, actual)
+
+
+def test_min_tokens_acts_and_matches(baseline, candidate, tokenizer, suite_config, findings, parity, eos_token_id):
+    """min_tokens 8 past the baseline's natural EOS: no stop before it, finish_reason and usage right."""
+    if eos_token_id is None:
+        pytest.skip("not verified: min_tokens: the tokenizer has no EOS token")
+    for pid, ids in _pool(tokenizer, suite_config):
+        req, plain = _plain(baseline, pid, ids, max_tokens=SHORT_TOKENS, tag="min-tokens")
+        if plain.finish_reason == "stop" and plain.token_ids and plain.token_ids[-1] == eos_token_id:
+            break
+    else:
+        pytest.skip("not verified: min_tokens: no pool prompt whose baseline answer ends with EOS")
+    natural = len(plain.token_ids)
+    longer = with_feature(req, min_tokens=natural + 8, max_tokens=natural + 16)
+    expected = _supported(baseline, longer, "min_tokens", findings)
+    actual = _supported(candidate, longer, "min_tokens", findings)
+    for route, answer in ((baseline, expected), (candidate, actual)):
+        problem = min_tokens_effect(out=answer, min_tokens=longer.min_tokens, max_tokens=longer.max_tokens,
+                                    stop_ids={eos_token_id})
+        if problem:
+            _ignored(findings, route=route, feature="min_tokens", problem=problem, req=longer,
+                     natural_length=natural, tokens=list(answer.token_ids), finish=answer.finish_reason)
+    parity("min_tokens", longer, expected, actual)
+
+
+def test_n_greedy_choices_match_baseline(baseline, candidate, tokenizer, suite_config, findings):
+    """n=4 at temperature 0: four answers, each the baseline's (n=1) answer; usage sums the four."""
+    pid, ids = _pool(tokenizer, suite_config)[0]
+    req, plain = _plain(baseline, pid, ids, max_tokens=SHORT_TOKENS, tag="n")
+    many = with_feature(req, n=N)
+    answer = _supported(candidate, many, "n", findings)
+    problem = n_greedy_effect(out=answer, n=N, expected=plain.token_ids)
+    if problem:
+        _ignored(findings, route=candidate, feature="n", problem=problem, req=many,
+                 baseline_tokens=list(plain.token_ids),
+                 choices=[list(c.token_ids) for c in answer.choices] or [list(answer.token_ids)])
+
+
+def test_n_sampled_choices_are_independent(baseline, candidate, tokenizer, suite_config, findings):
+    """n=4 at T=1: four identical answers are a finding when, were the choices independent, the other
+    three would repeat the first with probability p(first)^3 < alpha (p from the baseline's scoring)."""
+    baseline.require("prompt_logprobs")
+    pid, ids = _pool(tokenizer, suite_config)[0]
+    many = Request(prompt_ids=tuple(ids), max_tokens=SAMPLED_TOKENS, temperature=1.0, ignore_eos=True, n=N,
+                   request_id=f"feature-n-sampled-{pid}")
+    answer = _supported(candidate, many, "n", findings)
+    answers = [c.token_ids for c in answer.choices] or [answer.token_ids]
+    if len(answers) != N:
+        _ignored(findings, route=candidate, feature="n", problem=f"asked for n={N} choices, got {len(answers)}",
+                 req=many)
+    total = sum(len(a) for a in answers)
+    if answer.usage_completion_tokens is not None and answer.usage_completion_tokens != total:
+        _ignored(findings, route=candidate, feature="n", req=many,
+                 problem=f"usage says {answer.usage_completion_tokens} completion tokens for {total} in {N} choices")
+    first = answers[0]
+    logprob = sum(step.logprob for step in baseline.score(many.prompt_ids, first, 1)) if first else 0.0
+    p_value = identical_samples_p(answers=answers, logprob_of_first=logprob)
+    if p_value is not None and p_value < suite_config.alpha:
+        _ignored(findings, route=candidate, feature="n",
+                 problem=f"the {N} sampled choices are identical (p = {p_value:.2g} if independent)", req=many,
+                 choices=[list(a) for a in answers], p_value=p_value)
+
+
+def _json_pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
+    """JSON-category prompts (answers that complete) and lean prompts of other kinds (where the
+    grammar must steer the model away from its own answer)."""
+    everything = load_prompt_set(suite_config.categories)
+    json_prompts = [p for p in everything if p.category == "json"][:2]
+    others = [p for p in pick_lean(everything, POOL + 1) if p.category != "json"][:POOL]
+    return [(p.id, encode_prompt(tokenizer, p.text)) for p in json_prompts + others]
+
+
+@pytest.mark.parametrize("kind", ["json_object", "json_schema"])
+def test_structured_output_parses_matches_and_survives_load(kind, baseline, candidate, tokenizer, suite_config,
+                                                            findings, parity):
+    """Every stopped answer is one JSON object (matching the schema), equal to the baseline's where it
+    supports the format, and the same again with 8 requests in flight; the route is healthy after."""
+    schema = None
+    pool = _json_pool(tokenizer, suite_config)
+    if kind == "json_schema":
+        sample = next((json.loads(c.text) for c in (_plain(baseline, pid, ids, max_tokens=JSON_TOKENS, tag="json")[1]
+                                                     for pid, ids in pool) if _is_object(c.text)), None)
+        if sample is None:
+            pytest.skip("not verified: json_schema: no baseline answer in the pool is a JSON object to take a schema from")
+        schema = schema_of(sample)
+    fmt = ResponseFormat(kind, json.dumps(schema, sort_keys=True) if schema else "")
+    requests = [Request(prompt_ids=ids, max_tokens=JSON_TOKENS, response_format=fmt,
+                        request_id=f"feature-{kind}-{pid}") for pid, ids in pool]
+    serial = [_supported(candidate, r, "response_format", findings) for r in requests]
+    problems = [f"{r.request_id}: {p}" for r, out in zip(requests, serial)
+                if (p := json_answer_problem(out, schema=schema))]
+    if problems:
+        _ignored(findings, route=candidate, feature=kind, problem="; ".join(problems)[:600], req=requests[0],
+                 answers=[o.text for o in serial])
+    if not any(o.finish_reason == "stop" for o in serial):
+        pytest.skip(f"not verified: {kind}: no answer of '{candidate.name}' completed within {JSON_TOKENS} tokens")
+    loaded = candidate.generate_concurrently(requests * 2, concurrency=JSON_CONCURRENCY)
+    broken = [f"{r.request_id}: {o if isinstance(o, Exception) else 'differs from its serial answer'}"
+              for r, o, s in zip(requests * 2, loaded, serial * 2)
+              if isinstance(o, Exception) or o.token_ids != s.token_ids]
+    if broken or not candidate.health():
+        _ignored(findings, route=candidate, feature=kind, req=requests[0],
+                 problem=f"at concurrency {JSON_CONCURRENCY}: " + ("; ".join(broken)[:600] or "route unhealthy after"))
+    for req, actual in zip(requests, serial):
+        expected = probe(baseline, req, "response_format")
+        if isinstance(expected, Refusal):
+            findings.measure("feature_support", feature="response_format", route=baseline.name, supported=False,
+                             why=expected.why)
+            return   # parity not verified; the candidate's answers were still judged above
+        parity(kind, req, expected, actual)
+
+
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False

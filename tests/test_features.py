@@ -1,0 +1,229 @@
+"""Request features: the reference engine implements them right, adapters pass or refuse them, and the
+feature checks (equivalence/test_features.py) pass the correct engine and catch each planted fault.
+
+The engine is checked against independent oracles: transformers' own processors (hf AR: repetition
+penalty, logit_bias as sequence_bias, min_new_tokens) and a plain greedy loop written here for the
+OpenAI frequency/presence penalties, in a concurrent batch of rows with and without features. The
+check is proven both ways in one route-suite run at its default budget (reference baseline, so the
+penalties the hf route refuses are verified too).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from spec_route_suite.equivalence.features import Refusal, probe, repeat_rate
+from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.routes.base import Request, ResponseFormat
+from spec_route_suite.fixtures.routes.errors import FeatureUnsupported
+from spec_route_suite.fixtures.routes.openai import OpenAIRoute, SGLangRoute
+from spec_route_suite.fixtures.routes.spec import RouteSpec, parse_route_uri
+from spec_route_suite.fixtures.session import RouteHandle
+from tests.mutation import MUTANTS, run_route_suite
+
+PROMPTS = ("code-03", "json-00", "math-00", "chat-00")
+FEATURE_FAULTS = [m for m in MUTANTS if m.catcher == "features"]
+
+
+@pytest.fixture(scope="module")
+def models():
+    from spec_route_suite.fixtures.routes.reference.route import load_model
+    torch.set_num_threads(1)
+    return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR))
+
+
+@pytest.fixture(scope="module")
+def ref(models, loop):
+    from spec_route_suite.fixtures.routes.reference import ReferenceRoute
+    spec = RouteSpec(name="ref", kind="reference", model=str(TARGET_DIR), tokenizer=str(TARGET_DIR),
+                     draft=str(DRAFT_DIR), num_assistant_tokens=4)
+    route = ReferenceRoute(spec, models=models)
+    yield route
+    loop.run(route.aclose(), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def ar():
+    from spec_route_suite.fixtures.routes.hf import HFRoute
+    return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
+
+
+@pytest.fixture(scope="module")
+def prompts(ref):
+    by_id = {p.id: p for p in load_prompt_set()}
+    return {name: encode_prompt(ref.tokenizer, by_id[name].text) for name in PROMPTS}
+
+
+def together(loop, route, requests):
+    async def go():
+        return list(await asyncio.gather(*(route.generate(r) for r in requests)))
+    return loop.run(go(), timeout=600)
+
+
+def greedy(ids, **kw) -> Request:
+    return Request(prompt_ids=tuple(ids), **{"max_tokens": 32, **kw})
+
+
+# -- the reference engine against independent oracles ------------------------------------------
+def test_engine_features_equal_transformers_processors_in_a_mixed_batch(loop, ref, ar, prompts):
+    """Each feature request (and a plain one beside it) equals transformers' AR answer with the same
+    processor, token for token, while speculation verifies several positions per step."""
+    ids = list(prompts.values())
+    eos = ref.tokenizer.eos_token_id
+    plain = together(loop, ref, [greedy(i, request_id=f"plain-{n}") for n, i in enumerate(ids)])
+    banned = plain[1].token_ids[0]
+    requests = [greedy(ids[0], ignore_eos=True, repetition_penalty=1.3), greedy(ids[1], logit_bias=((banned, -100.0),)),
+                greedy(ids[2], min_tokens=len(plain[2].token_ids) + 6), greedy(ids[3], logit_bias=((511, 5.0), (eos, -3.0))),
+                greedy(ids[1], ignore_eos=True, repetition_penalty=0.9, min_tokens=4)]
+    mixed = requests + [greedy(i, request_id=f"plain-{n}") for n, i in enumerate(ids)]
+    got = together(loop, ref, mixed)
+    want = [asyncio.run(ar.generate(r)) for r in mixed]
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if (g.token_ids, g.finish_reason) != (w.token_ids, w.finish_reason)]
+    assert not bad, f"requests {bad} differ from transformers AR with the same processors"
+    assert banned not in got[1].token_ids and len(got[2].token_ids) >= len(plain[2].token_ids) + 6
+    assert got[len(requests):] == plain or [g.token_ids for g in got[len(requests):]] == [p.token_ids for p in plain]
+
+
+def _greedy_loop(model, prompt, *, max_tokens: int, frequency: float, presence: float) -> list[int]:
+    """An independent AR oracle for the OpenAI penalties: full forward each step, counts in Python."""
+    out: list[int] = []
+    with torch.inference_mode():
+        for _ in range(max_tokens):
+            logits = model(input_ids=torch.tensor([list(prompt) + out])).logits[0, -1].float()
+            for token in set(out):
+                logits[token] -= frequency * out.count(token) + presence
+            out.append(int(logits.argmax()))
+    return out
+
+
+@pytest.mark.parametrize("frequency, presence", [(1.0, 0.0), (0.0, 2.0), (0.5, 0.5)])
+def test_engine_openai_penalties_equal_a_plain_greedy_loop(loop, ref, models, prompts, frequency, presence):
+    ids = prompts["json-00"]   # code-03 happens to be a prompt none of these penalties changes
+    got = together(loop, ref, [greedy(ids, ignore_eos=True, frequency_penalty=frequency, presence_penalty=presence,
+                                      max_tokens=40), greedy(prompts["code-03"], max_tokens=40)])[0]
+    want = _greedy_loop(models[0], ids, max_tokens=40, frequency=frequency, presence=presence)
+    assert list(got.token_ids) == want
+    plain = together(loop, ref, [greedy(ids, ignore_eos=True, max_tokens=40)])[0]
+    assert got.token_ids != plain.token_ids and repeat_rate(got.token_ids) <= repeat_rate(plain.token_ids)
+
+
+def test_engine_n_choices_are_independent_rows_with_summed_usage(loop, ref, prompts):
+    one = together(loop, ref, [greedy(prompts["math-00"])])[0]
+    many = together(loop, ref, [greedy(prompts["math-00"], n=4, request_id="n4")])[0]
+    assert [c.token_ids for c in many.choices] == [one.token_ids] * 4 and many.token_ids == one.token_ids
+    assert many.usage_completion_tokens == 4 * len(one.token_ids)
+    sampled = together(loop, ref, [greedy(prompts["math-00"], n=4, temperature=1.0, ignore_eos=True, seed=3)])[0]
+    again = together(loop, ref, [greedy(prompts["math-00"], n=4, temperature=1.0, ignore_eos=True, seed=3)])[0]
+    assert len({c.token_ids for c in sampled.choices}) > 1, "independent rows gave identical samples"
+    assert [c.token_ids for c in sampled.choices] == [c.token_ids for c in again.choices], "seeded n not reproducible"
+
+
+# -- adapters: pass through or refuse, never drop ------------------------------------------------
+def test_hf_refuses_what_transformers_cannot_do(ar, prompts, loop):
+    handle = RouteHandle(ar, ar.spec, loop, 60)
+    for feature, change in (("frequency_penalty", {"frequency_penalty": 1.0}), ("n", {"n": 2}),
+                            ("response_format", {"response_format": ResponseFormat("json_object")})):
+        answer = probe(handle, greedy(prompts["math-00"], **change), feature)
+        assert isinstance(answer, Refusal) and answer.feature == feature, answer
+
+
+def test_openai_payload_carries_each_feature_and_only_when_on():
+    route = OpenAIRoute(RouteSpec(name="c", kind="openai", model="m", base_url="http://127.0.0.1:9/v1"))
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "string"}}})
+    full = route.completion_payload(greedy((1, 2), frequency_penalty=0.5, presence_penalty=1.0,
+                                           repetition_penalty=1.2, logit_bias=((7, -100.0),), min_tokens=3,
+                                           min_p=0.1, n=3, response_format=ResponseFormat("json_schema", schema)))
+    assert (full["frequency_penalty"], full["presence_penalty"], full["repetition_penalty"]) == (0.5, 1.0, 1.2)
+    assert full["logit_bias"] == {"7": -100.0} and full["min_tokens"] == 3 and full["min_p"] == 0.1
+    assert full["n"] == 3 and full["response_format"]["json_schema"]["schema"] == json.loads(schema)
+    plain = route.completion_payload(greedy((1, 2)))
+    assert plain["n"] == 1 and not {"logit_bias", "min_tokens", "frequency_penalty", "response_format"} & set(plain)
+    sglang = SGLangRoute(RouteSpec(name="s", kind="sglang", model="m", base_url="http://127.0.0.1:9"))
+    params = sglang.completion_payload(greedy((1, 2), min_tokens=3, logit_bias=((7, 1.0),)))["sampling_params"]
+    assert params["min_new_tokens"] == 3 and params["logit_bias"] == {"7": 1.0} and "min_tokens" not in params
+    with pytest.raises(FeatureUnsupported):
+        sglang.completion_payload(greedy((1, 2), n=2))
+
+
+def test_openai_n_choices_parsed_in_index_order_with_body_usage():
+    route = OpenAIRoute(RouteSpec(name="c", kind="openai", model="m", base_url="http://127.0.0.1:9/v1"))
+    body = {"choices": [{"index": 1, "text": "b", "token_ids": [5, 6], "finish_reason": "length"},
+                        {"index": 0, "text": "a", "token_ids": [3, 4], "finish_reason": "stop"}],
+            "usage": {"completion_tokens": 4}}
+    out = route._parse_choices(body, greedy((1,), n=2), latency_s=0.1)
+    assert [c.token_ids for c in out.choices] == [(3, 4), (5, 6)] and out.token_ids == (3, 4)
+    assert out.usage_completion_tokens == 4
+
+
+def test_a_400_from_a_real_server_is_not_supported_not_a_pass(loop):
+    """The in-process OpenAI server refuses n > 1 with HTTP 400: the probe calls that a refusal."""
+    from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+    url, stop = serve_in_thread("reference:", model_name="tiny")
+    try:
+        route = OpenAIRoute(parse_route_uri("c", f"openai:{url}?model=tiny&tokenizer={TARGET_DIR}", base=TARGET_DIR))
+        handle = RouteHandle(route, route.spec, loop, 60)
+        answer = probe(handle, greedy((1, 2, 3), n=2, max_tokens=4), "n")
+        assert isinstance(answer, Refusal) and "400" in answer.why, answer
+        handle.close()
+    finally:
+        stop()
+
+
+# -- the check, both ways, at its default budget -------------------------------------------------
+def test_feature_checks_pass_the_correct_engine_and_catch_each_fault(tmp_path):
+    candidates = {"correct": "reference:", **{m.route_name: m.uri() for m in FEATURE_FAULTS}}
+    result = run_route_suite(candidates, [], tmp_path, paths=["equivalence/test_features.py"],
+                             baseline_uri="reference:", workers=2)
+    assert result.report, result.describe()
+    correct = result.outcomes_for("correct", check="features")
+    assert correct["failed"] == 0 and correct["error"] == 0 and correct["passed"] >= 7, (correct, result.describe())
+    assert not result.findings_for("correct"), result.findings_for("correct")
+    for mutant in FEATURE_FAULTS:
+        assert result.caught(route=mutant.route_name, check="features"), f"{mutant.fault} not caught\n{result.describe()}"
+
+
+# -- structured output: the engine's JSON automaton and the check's schema judge -----------------
+@pytest.mark.parametrize("text, prefix, complete", [
+    (' {"a": 1, "b": [true, null, -2.5e3], "c": {"d": "x\\"y"}}', True, True),
+    ('{"a": "unfinished', True, False), ("{}", True, True), ('{"a" 1}', False, False), ("[1]", False, False),
+    ('{"a": tru', True, False), ('{"a": trux}', False, False), ('{"a": 1}}', False, False), ('{,}', False, False)])
+def test_json_prefix_automaton(text, prefix, complete):
+    from spec_route_suite.fixtures.routes.reference.grammar import JsonPrefix
+    state = JsonPrefix().feed(text)
+    assert (state is not None) == prefix and (state is not None and state.complete) == complete
+
+
+def test_schema_judge_on_stopped_answers_only():
+    from spec_route_suite.equivalence.features import json_answer_problem, schema_of
+    from spec_route_suite.fixtures.routes.base import Completion
+    schema = schema_of({"name": "Dina", "age": 31})
+    def out(text, finish="stop"):
+        return Completion(token_ids=(1,), text=text, finish_reason=finish, route="r")
+    assert json_answer_problem(out('{"name": "Ann", "age": 4}'), schema=schema) is None
+    assert "lacks required" in json_answer_problem(out('{"name": "Ann"}'), schema=schema)
+    assert "wants integer" in json_answer_problem(out('{"name": "Ann", "age": "4"}'), schema=schema)
+    assert "forbids" in json_answer_problem(out('{"name": "A", "age": 4, "x": 1}'), schema=schema)
+    assert "not JSON" in json_answer_problem(out('{"name": '), schema=None)
+    assert json_answer_problem(out('{"name": ', finish="length"), schema=None) is None
+
+
+def test_engine_json_object_equals_a_masked_greedy_loop(loop, ref, models, prompts):
+    """Speculation with the JSON mask at every verified position equals one-token-at-a-time decoding
+    under the same mask (the automaton is judged on its own above)."""
+    fmt = ResponseFormat("json_object")
+    ids = prompts["math-00"]
+    got = together(loop, ref, [greedy(ids, max_tokens=24, response_format=fmt), greedy(prompts["json-00"])])[0]
+    mask = ref.engine.adjuster.json_mask()
+    eos = frozenset({ref.tokenizer.eos_token_id})
+    out: list[int] = []
+    with torch.inference_mode():
+        while len(out) < 24 and (not out or out[-1] not in eos):
+            logits = models[0](input_ids=torch.tensor([list(ids) + out])).logits[0, -1].float()
+            out.append(int(logits.masked_fill(~mask.allowed(mask.state_of(out), eos), float("-inf")).argmax()))
+    assert list(got.token_ids) == out and got.text.lstrip().startswith("{")
