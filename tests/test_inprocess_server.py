@@ -263,3 +263,23 @@ def test_command_line_serves_and_stops_cleanly_on_sigterm():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_request_features_reach_the_route_or_are_refused(correct, prompts):
+    """The in-process server never drops a feature it was sent: the reference engine applies logit_bias
+    (the banned first greedy token never appears), and an hf route that cannot apply frequency_penalty
+    makes the server answer 400 naming it (so the suite reports "not supported", not "ignored")."""
+    model = httpx.get(f"{correct}/models", timeout=60).json()["data"][0]["id"]
+    body = {"model": model, "prompt": list(prompts[chat_ids(prompts)[0]]), "max_tokens": 8, "temperature": 0,
+            "return_token_ids": True}
+    plain = httpx.post(f"{correct}/completions", json=body, timeout=300).json()["choices"][0]["token_ids"]
+    banned = httpx.post(f"{correct}/completions", json={**body, "logit_bias": {str(plain[0]): -100}},
+                        timeout=300).json()["choices"][0]["token_ids"]
+    assert plain[0] not in banned and banned != plain
+    base_url, stop = serve_in_thread(f"hf:{TARGET_DIR}", base=ROOT)
+    try:
+        refused = httpx.post(f"{base_url}/completions", json={**body, "model": httpx.get(
+            f"{base_url}/models", timeout=60).json()["data"][0]["id"], "frequency_penalty": 0.5}, timeout=300)
+    finally:
+        stop()
+    assert refused.status_code == 400 and "frequency_penalty" in refused.text
