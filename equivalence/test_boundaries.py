@@ -59,6 +59,14 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, su
     else:
         pytest.skip(f"not verified: {variant} boundaries: no usable prompt among {'; '.join(notes)}")
     result = run_sweep(baseline=baseline, candidate=candidate, cases=cases, decode=tokenizer.decode)
+    findings.cover("boundary", candidate.name, verified=True, ran={"cases": result.cases},
+                   could_detect=f"tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth})")
+    if result.baseline_problems:
+        findings.add(Finding(
+            check="boundary", severity="bug", route=baseline.name, prompt_id=source.id,
+            title=(f"the baseline '{baseline.name}' itself breaks {variant} boundary rules on prompt {source.id} "
+                   f"(a finding about the baseline, not the candidate): {result.baseline_problems[0][:160]}"),
+            details={"problems": result.baseline_problems[:100], "how": how}))
     problems = result.problems
     if not problems:
         return

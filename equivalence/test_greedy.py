@@ -43,6 +43,10 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, suite_c
     req = _greedy_request(encode_prompt(tokenizer, prompt.text), suite_config.max_new_tokens, f"greedy-{prompt.id}")
     expected = baseline.generate(req)
     actual = candidate.generate(req)
+    findings.cover("greedy", candidate.name, verified=True,
+                   ran={"prompts": 1, "tokens compared": exposure(baseline=expected.token_ids,
+                                                                  candidate=actual.token_ids)},
+                   could_detect="any token or finish-reason difference from the baseline")
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
     if divergence is None:
         return
