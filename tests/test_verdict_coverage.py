@@ -240,21 +240,69 @@ def test_a_distinct_ar_baseline_and_endpoint_are_accepted(tmp_path):
     assert result.returncode == 0, result.stderr[-1000:]
 
 
-def test_greedy_policy_and_pinned_tau_reach_the_stressors(tmp_path):
-    """A noisy verifier splits identical requests at near-ties: strict fails them, classify with a pinned
-    tau excuses them; the same run, only the policy differs."""
-    args = ("--candidate", "reference:?fault=logit_noise&noise=0.3&seed=3", "--stress-requests", "32",
-            "-k", "identical", "--near-tie-tau", "30")
-    paths = ("stressors/test_batch_invariance.py",)
-    strict, strict_report = _suite(tmp_path / "strict", *args, paths=paths)
-    classify, classify_report = _suite(tmp_path / "classify", *args, "--greedy-policy", "classify", paths=paths)
-    splits = [f for f in strict_report["findings"] if f["severity"] in ("bug", "near-tie")]
-    if not splits:
-        pytest.skip("the noisy engine gave one output for every identical request: nothing to judge")
-    assert strict.returncode == 1 and "strict policy" in json.dumps(strict_report["findings"])
-    assert classify.returncode == 0, classify.stdout[-2000:]
-    severities = {f["severity"] for f in classify_report["findings"] if f["severity"] != "info"}
-    assert severities == {"near-tie"} and "tau 30" in json.dumps(classify_report["findings"])
+class _SplitOne:
+    """A route that answers one identical request with a planted split (the baseline's second choice at
+    token SPLIT, then the baseline's own continuation): a numerical near-tie of known margin."""
+
+    def __init__(self, inner, split: Completion):
+        self.inner, self.name, self.capabilities, self.split = inner, inner.name, inner.capabilities, split
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def generate(self, req: Request) -> Completion:
+        answer = await self.inner.generate(req)
+        return self.split if req.request_id.startswith("identical-1-") else answer
+
+
+SPLIT = 3
+
+
+def planted_split(base, prompt_ids, max_tokens: int) -> tuple[Completion, float]:
+    """The baseline's greedy output with its second choice at SPLIT, and that choice's margin in nats."""
+    expected = base.generate(Request(prompt_ids=prompt_ids, max_tokens=max_tokens))
+    scored = base.score(prompt_ids, expected.token_ids[:SPLIT + 1], 2)[SPLIT]
+    (_, top), (alt, second) = scored.top[:2]
+    head = expected.token_ids[:SPLIT] + (alt,)
+    tail = base.generate(Request(prompt_ids=tuple(prompt_ids) + head, max_tokens=max_tokens - len(head)))
+    tokens = head + tail.token_ids
+    return Completion(token_ids=tokens, text=f"split {tokens}", finish_reason=tail.finish_reason,
+                      route="candidate"), top - second
+
+
+@pytest.mark.parametrize("mode, tau_over_margin, fails", [
+    ("strict", 10.0, True), ("classify", 10.0, False), ("classify", 0.5, True)])
+def test_greedy_policy_and_tau_reach_the_stressors(mode, tau_over_margin, fails):
+    """The identical-requests stressor with one planted near-tie split: strict fails it, classify excuses it
+    only when the baseline's teacher-forced margin is below the run's tau."""
+    from spec_route_suite.stressors import test_batch_invariance as stressor
+    from spec_route_suite.stressors.canary import build_workload, serial_references
+    from spec_route_suite.stressors.driver import budget_for
+    from spec_route_suite.stressors.near_tie import NearTiePolicy
+    from tests.test_greedy_routes import FixedCalibration, Sink, baseline_handle, tokenizer
+    from spec_route_suite.equivalence.calibration import Calibration
+    base, tok, max_tokens = baseline_handle(), tokenizer(), 16
+    workload = build_workload(tok, size=8, seed=0)
+    item = next(iter(workload.recall()), workload.items[0])
+    split, margin = planted_split(base, item.prompt_ids, max_tokens)
+    candidate = handle(_SplitOne(hf_route("split-candidate", False), split), "candidate")
+    refs = serial_references(candidate.generate, workload, max_tokens=max_tokens)
+    tau = margin * tau_over_margin
+    calibration = Calibration(route="baseline", tau=tau, logprob_tol=1e-3, noise=None, overridden=True)
+    sink = Sink()
+    budget = budget_for(batched=False, levels=(1, 4), stress_requests=32)
+    run = lambda: stressor.test_identical_greedy_requests_agree_under_load(  # noqa: E731
+        candidate=candidate, baseline=base, tokenizer=tok, stress_budget=budget, stress_workload=workload,
+        stress_references=refs, stress_max_tokens=max_tokens,
+        near_tie_policy=NearTiePolicy(mode=mode, calibration=FixedCalibration(calibration)), findings=sink)
+    if fails:
+        with pytest.raises(pytest.fail.Exception):
+            run()
+    else:
+        run()
+    (split_finding,) = [f for f in sink.items if f.severity != "info"]
+    assert split_finding.severity == ("bug" if fails else "near-tie")
+    assert f"{mode} policy" in json.dumps(split_finding.details)
 
 
 def test_cached_prompt_tokens_are_read_from_usage():
