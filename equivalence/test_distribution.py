@@ -61,7 +61,7 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
     findings.measure("distribution_budget", **summary)
     detectable, wanted = budget.min_detectable_tv, suite_config.detect_tv
     findings.cover("distribution", candidate.name, verified=detectable <= wanted,
-                   ran={"settings": 1, "prompts": len(run.prompt_ids),
+                   ran={"settings": 1, "prompt-settings": len(run.prompt_ids),
                         "samples per arm": result.samples_used * len(run.prompt_ids)},
                    could_detect=f"{setting.name}: TV >= {detectable:.3f} per prompt (power {budget.power})",
                    reason=(f"{setting.name}: minimum detectable TV {detectable:.3f} is above --detect-tv {wanted}"
