@@ -201,12 +201,17 @@ def _stops(tokens: Sequence[int], case: Case, decode: Decode) -> bool:
 
 @dataclass
 class SweepResult:
-    """Problems found by one sweep, each prefixed by its case; `first_bad` is the first failing case."""
+    """Problems found by one sweep, each prefixed by its case; `first_bad` is the first failing case.
+
+    A case where the baseline itself breaks a boundary rule is the baseline's problem
+    (`baseline_problems`): the candidate is then judged on its own violations only, since a
+    difference from a wrong reference says nothing against it."""
 
     cases: int
     problems: list[str]
     first_bad: tuple[Case, Completion, Completion] | None = None
     text_level: bool = False   # some answer came from a server without token ids
+    baseline_problems: list[str] = field(default_factory=list)
 
 
 def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> SweepResult:
@@ -216,8 +221,10 @@ def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> 
         expected, actual = baseline.generate(case.request), candidate.generate(case.request)
         result.text_level = result.text_level or is_text_level(expected, actual)
         found = [f"candidate '{candidate.name}': {p}" for p in violations(case=case, completion=actual, decode=decode)]
-        found += [f"baseline '{baseline.name}': {p}" for p in violations(case=case, completion=expected, decode=decode)]
-        found += differences(baseline=expected, candidate=actual)
+        broken = [f"baseline '{baseline.name}': {p}" for p in violations(case=case, completion=expected, decode=decode)]
+        if not broken:
+            found += differences(baseline=expected, candidate=actual)
+        result.baseline_problems += [f"[{case.label}] {p}" for p in broken]
         if found:
             result.first_bad = result.first_bad or (case, expected, actual)
             result.problems += [f"[{case.label}] {p}" for p in found]

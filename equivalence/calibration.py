@@ -246,3 +246,24 @@ def cached(path: Path | None, compute: Callable[[], Calibration]) -> Calibration
 def with_override(calibration: Calibration, tau: float | None) -> Calibration:
     """The same measurement with tau pinned by hand (for a user who knows their hardware's noise)."""
     return calibration if tau is None else replace(calibration, tau=tau, overridden=True)
+
+
+class LazyCalibration:
+    """The baseline's A/A calibration, computed on the first `get()` and kept for the session."""
+
+    def __init__(self, baseline, records: list, prompts: list[tuple[int, ...]], max_tokens: int,
+                 cache: Path | None, tau_override: float | None = None):
+        self.records = records
+        self._tau_override = tau_override
+        self._baseline = baseline
+        self._prompts = prompts
+        self._max_tokens = max_tokens
+        self._cache = cache
+        self._value: Calibration | None = None
+
+    def get(self) -> Calibration:
+        if self._value is None:
+            measured = cached(self._cache, lambda: calibrate(
+                self._baseline, self._prompts, max_tokens=self._max_tokens))
+            self._value = with_override(measured, self._tau_override)
+        return self._value

@@ -65,6 +65,15 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, fi
     if result.text_level:
         findings.measure("comparison", check="boundary", variant=variant, prompt_id=source.id, route=candidate.name,
                          **level)
+    findings.cover("boundary", candidate.name, verified=True, ran={"cases": result.cases},
+                   could_detect=f"tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth})"
+                                + (" (text-level)" if result.text_level else ""))
+    if result.baseline_problems:
+        findings.add(Finding(
+            check="boundary", severity="bug", route=baseline.name, prompt_id=source.id,
+            title=(f"the baseline '{baseline.name}' itself breaks {variant} boundary rules on prompt {source.id} "
+                   f"(a finding about the baseline, not the candidate): {result.baseline_problems[0][:160]}"),
+            details={"problems": result.baseline_problems[:100], "how": how}))
     if not problems:
         return
     case, expected, actual = result.first_bad

@@ -48,6 +48,13 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, fitted_
     level = describe(expected, actual)
     if is_text_level(expected, actual):
         findings.measure("comparison", check="greedy", prompt_id=prompt.id, route=candidate.name, **level)
+    findings.cover("greedy", candidate.name, verified=True,
+                   ran={"prompts": 1, "tokens compared": exposure(baseline=expected.token_ids,
+                                                                  candidate=actual.token_ids),
+                        **({"comparison": "text-level"} if is_text_level(expected, actual) else {})},
+                   could_detect="any token or finish-reason difference from the baseline"
+                                + (" (text-level: equal text with other token boundaries is invisible)"
+                                   if is_text_level(expected, actual) else ""))
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
     if divergence is None:
         return

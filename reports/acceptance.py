@@ -60,6 +60,14 @@ def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,
     """"ran" needs drafts counted during this run; "did not run" when the route claims speculation
     (or exports counters) yet drafted nothing; "unknown" when the engine exposes no counters."""
     claims = bool((inventory or {}).get("speculation") or (inventory or {}).get("draft"))
+    if profile is None and _exports_counters_when_speculating(inventory):
+        return {"route": candidate, "status": DID_NOT_RUN,
+                "reason": "the server's /metrics answers but has no spec_decode series: vLLM exports them whenever "
+                          "it speculates, so this is a plain autoregressive server"}
+    if profile is None and claims and (inventory or {}).get("engine") == "sglang":
+        return {"route": candidate, "status": DID_NOT_RUN,
+                "reason": "the server is configured to speculate, but no response carried a verify step "
+                          "(meta_info spec_verify_ct)"}
     if profile is None:
         reason = "the engine exposes no speculation counters" + ("" if claims else " and reports no speculative config")
         return {"route": candidate, "status": UNKNOWN, "reason": reason}
@@ -72,6 +80,22 @@ def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,
     return {"route": candidate, "status": DID_NOT_RUN,
             "reason": "no draft was verified during the run" + (" although the route is configured to speculate"
                                                                  if claims else "")}
+
+
+def _exports_counters_when_speculating(inventory: Mapping[str, Any] | None) -> bool:
+    """An engine whose /metrics always carries spec_decode_* series when it speculates (vLLM), reachable."""
+    inventory = inventory or {}
+    endpoints = (inventory.get("extra") or {}).get("endpoints") or {}
+    return inventory.get("engine") == "vllm" and endpoints.get("metrics") == "ok"
+
+
+def baseline_problems(name: str | None, profile: Mapping[str, Any] | None) -> list[str]:
+    """A baseline that drafted during the run is not an autoregressive reference: nothing it agrees with
+    is proven lossless."""
+    if name and profile and profile.get("drafts", 0) > 0:
+        return [f"the baseline `{name}` speculated ({profile['drafts']} drafts): it is not an autoregressive "
+                f"reference; give an AR route as the baseline"]
+    return []
 
 
 def speculation_problems(statuses: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -6,6 +6,7 @@ from collections import Counter
 from html import escape
 from typing import Any
 
+from spec_route_suite.reports.coverage import COLUMNS, table_cells
 from spec_route_suite.reports.svg import bar_chart, heatmap, qq_uniform
 
 STYLE = """
@@ -25,7 +26,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"<h1>Route qualification: <span class='{escape(verdict)}'>{escape(verdict.upper())}</span></h1>",
         f"<p>{escape(report['verdict_reason'])}. Run <code>{escape(report['run_id'])}</code>, "
         f"{report['duration_s']} s{'' if report['complete'] else ' — <strong>INCOMPLETE</strong>'}.</p>",
-        _checks_table(report),
+        _coverage_table(report),
         "<h2>Plots</h2><div class='charts'>",
         *_charts(report),
         "</div>",
@@ -37,13 +38,11 @@ def render_html(report: dict[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _checks_table(report: dict[str, Any]) -> str:
-    rows = "".join(
-        f"<tr><td>{escape(check)}</td><td>{c.get('passed', 0)}</td><td>{c.get('failed', 0)}</td>"
-        f"<td>{c.get('error', 0)}</td><td>{c.get('skipped', 0)}</td><td>{c.get('xfailed', 0)}</td></tr>"
-        for check, c in report["checks"].items())
-    return ("<h2>Checks</h2><table><tr><th>check</th><th>passed</th><th>failed</th><th>errors</th>"
-            f"<th>not verified</th><th>expected fail</th></tr>{rows}</table>")
+def _coverage_table(report: dict[str, Any]) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in table_cells(row)) + "</tr>"
+                   for row in report.get("coverage", []))
+    return f"<h2>Coverage</h2><table><tr>{head}</tr>{rows}</table>"
 
 
 def _charts(report: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ import json
 from typing import Any
 
 from spec_route_suite.reports.compare import render_comparison
+from spec_route_suite.reports.coverage import COLUMNS, table_cells
 
 MAX_FINDINGS_SHOWN = 50
 
@@ -22,14 +23,8 @@ def render_summary(report: dict[str, Any]) -> str:
         "",
         *[f"> **Warning**: {w}" for w in report.get("warnings", [])],
         *([""] if report.get("warnings") else []),
-        "## Checks",
-        "",
-        "| check | passed | failed | errors | skipped (not verified) | expected fail |",
-        "|---|---|---|---|---|---|",
+        *_coverage_table(report),
     ]
-    for check, counts in report["checks"].items():
-        lines.append(f"| {check} | {counts.get('passed', 0)} | {counts.get('failed', 0)} | {counts.get('error', 0)}"
-                     f" | {counts.get('skipped', 0)} | {counts.get('xfailed', 0)} |")
     lines += _speculation_table(report)
     if report.get("comparison"):
         lines += [""] + render_comparison(report["comparison"])
@@ -58,6 +53,16 @@ def render_summary(report: dict[str, Any]) -> str:
                       {"latency": report.get("latency", {}), "memory": report.get("memory", {})})
     lines += _details("Configuration (secrets removed)", report.get("config", {}))
     return "\n".join(lines) + "\n"
+
+
+def _coverage_table(report: dict[str, Any]) -> list[str]:
+    """The one table that says what each check could have detected on this run, and whether it is verified."""
+    lines = ["## Coverage", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in report.get("coverage", []):
+        cells = [str(c).replace("|", "\\|").replace("\n", " ") for c in table_cells(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.get("counts", {}).items()))
+    return lines + ["", f"Tests: {counts or 'none'}."]
 
 
 def _speculation_table(report: dict[str, Any]) -> list[str]:

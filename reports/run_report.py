@@ -5,8 +5,10 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Sequence
 
-from spec_route_suite.reports.acceptance import UNKNOWN, speculation_problems, speculation_status, summed_worker_profile
+from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_problems, speculation_status,
+                                                   summed_worker_profile)
 from spec_route_suite.reports.collector import RunCollector
+from spec_route_suite.reports.coverage import coverage_gaps, coverage_rows, table_dicts
 from spec_route_suite.reports.parity import parity
 
 NOT_VERIFIED_PREFIX = "not verified"
@@ -14,8 +16,12 @@ SERVER_KINDS = ("openai",)   # cumulative /metrics counters (SGLang's are per ro
 
 
 def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verified: int,
-               complete: bool, problems: Sequence[str] = ()) -> tuple[str, str]:
-    """adopt / pilot / wait / avoid, with the reason a person reads first."""
+               complete: bool, problems: Sequence[str] = (), gaps: Sequence[str] = ()) -> tuple[str, str]:
+    """adopt / pilot / wait / avoid, with the reason a person reads first.
+
+    "adopt" promises that every check family ran and could have found its bug class here; each
+    gap (a family not run or not verified, a warning that weakens the evidence, a finding about
+    the baseline) is named in the "pilot" line."""
     if not complete:
         return "wait", "the run did not complete; its results are partial"
     if bug_findings:
@@ -24,9 +30,11 @@ def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verif
         return "wait", f"{failed} failed check(s), {error_findings} route error(s): investigate before promoting"
     if problems:
         return "wait", "; ".join(problems)
+    if gaps:
+        return "pilot", "all checks that ran passed, but: " + "; ".join(gaps)
     if not_verified:
         return "pilot", f"all checks that ran passed, but {not_verified} could not be verified on this route"
-    return "adopt", "every check passed"
+    return "adopt", "every check family ran, passed and could have detected its bug class on this run"
 
 
 def build_run_report(collector: RunCollector) -> dict[str, Any]:
@@ -43,17 +51,32 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     recorded = collector.findings_recorded() if collector.worker_states else collector.worker_state.findings_recorded
     received = len(collector.findings)
     complete = not collector.interrupted and not collector.crashed_workers and recorded == received
-    bug_findings = sum(1 for f in collector.findings if f.severity == "bug")
+    baseline_name = (collector.config_public.get("baseline") or {}).get("name")
+    about_baseline = [f for f in collector.findings if f.route == baseline_name and f.severity == "bug"]
+    bug_findings = sum(1 for f in collector.findings if f.severity == "bug" and f.route != baseline_name)
     error_findings = sum(1 for f in collector.findings if f.severity == "error")
     context = route_context(collector)
-    problems = speculation_problems(context["speculation"])
+    problems = speculation_problems(context["speculation"]) + baseline_problems(
+        baseline_name, context["acceptance"].get(baseline_name))
+    candidates = [c.get("name") for c in collector.config_public.get("candidates", [])]
+    coverage = coverage_rows(records=collector.measurements.get("coverage", []), outcomes=outcomes,
+                             candidates=candidates)
+    unknown = [s for s in context["speculation"] if s["status"] == UNKNOWN]
     not_verified += [{"test": "(whole run)", "check": "speculation",
                       "reason": f"{NOT_VERIFIED_PREFIX}: whether speculation ran on `{s['route']}`: {s['reason']}"}
-                     for s in context["speculation"] if s["status"] == UNKNOWN]
-    verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
-                                 error_findings=error_findings, not_verified=len(not_verified),
-                                 complete=complete, problems=problems)
+                     for s in unknown]
     warnings = [p["warning"] for p in context["parity"] if p["warning"]]
+    gaps = [*coverage_gaps(coverage), *prompt_set_gaps(collector.config_public),
+            *(f"speculation not proven on `{s['route']}` ({s['reason']})" for s in unknown),
+            *evidence_warnings(collector.findings, baseline_name=baseline_name),
+            *(f"baseline parity: {w}" for w in warnings)]
+    if about_baseline:
+        gaps.append(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
+                    f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the candidate "
+                    f"is judged against is not trustworthy there")
+    verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
+                                 error_findings=error_findings, not_verified=0,  # skips reach it as coverage gaps
+                                 complete=complete, problems=problems, gaps=gaps)
     return collector.redact.data({
         "run_id": collector.run_id,
         "started_unix": collector.started,
@@ -69,14 +92,42 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "checks": {check: dict(c) for check, c in sorted(per_check.items())},
         "tests": [o.__dict__ for o in sorted(outcomes, key=lambda o: o.nodeid)],
         "not_verified": not_verified,
+        "coverage": table_dicts(coverage),
+        "gaps": gaps,
         "findings": findings,
         "measurements": collector.measurements,
         "findings_accounting": {"recorded": recorded, "received": received, "lost": recorded - received},
         "warnings": warnings,
         # the controller's own notes (e.g. managed servers that did not start) and every worker's
-        "notes": sorted({*collector.worker_state.notes, *(n for w in collector.worker_states for n in w.get("notes", []))}),
+        "notes": sorted({*collector.worker_state.notes, *(n for w in collector.worker_states for n in w.get("notes", [])),
+                         *([collector.config_public["defaults_note"]] if collector.config_public.get("defaults_note")
+                           else [])}),
         **context,
     })
+
+
+def prompt_set_gaps(config: dict[str, Any]) -> list[str]:
+    """A run on part of the prompt set checked part of what the suite would have checked."""
+    from spec_route_suite.fixtures.config import PROMPT_CATEGORIES
+    gaps = []
+    left_out = [c for c in PROMPT_CATEGORIES if c not in (config.get("categories") or PROMPT_CATEGORIES)]
+    if left_out:
+        gaps.append(f"prompt categories not run: {', '.join(left_out)} (--categories)")
+    if config.get("prompt_limit"):
+        gaps.append(f"at most {config['prompt_limit']} prompt(s) per category (--prompt-limit)")
+    return gaps
+
+
+def evidence_warnings(findings, *, baseline_name: str | None) -> list[str]:
+    """Warnings that weaken the evidence (near-tie excess, a candidate less accurate than the baseline,
+    weakly verified checks), one line per check family, each naming its first warning."""
+    by_check: dict[str, list] = defaultdict(list)
+    for finding in findings:
+        if finding.severity == "warning":
+            by_check[finding.check].append(finding)
+    return [f"{len(items)} {check} warning(s)" + (f" about the baseline" if all(f.route == baseline_name for f in items)
+                                                   else "") + f" (e.g. {items[0].title[:140]})"
+            for check, items in sorted(by_check.items())]
 
 
 def _per_route(collector: RunCollector, key: str) -> dict[str, list[Any]]:

@@ -197,6 +197,32 @@ def fitted_prompts(context_fit, tokenizer, suite_config: SuiteConfig, report_not
     return fitted
 
 
+@pytest.fixture(scope="session")
+def calibration(baseline, fitted_prompts, suite_config: SuiteConfig, tmp_path_factory, pytestconfig):
+    """The baseline's A/A calibration (tau), computed when first asked for, shared across workers by a file."""
+    import hashlib
+    import json
+    from spec_route_suite.equivalence import calibration as calib
+    from spec_route_suite.equivalence.lean import pick_lean
+    from spec_route_suite.fixtures.prompts.records import load_prompt_set
+    prompts = pick_lean(load_prompt_set(suite_config.categories), calib.PROMPTS)
+    ids = [fitted_prompts.ids(p) for p in prompts]
+    max_tokens = min(calib.TOKENS, suite_config.max_new_tokens)
+    cache = None
+    if hasattr(pytestconfig, "workerinput"):
+        key = hashlib.sha256(json.dumps([baseline.spec.public_dict(), ids, max_tokens, calib.SAFETY,
+                                         calib.TAU_FLOOR], sort_keys=True, default=str).encode()).hexdigest()[:16]
+        cache = tmp_path_factory.getbasetemp().parent / f"aa-calibration-{key}.json"
+    return calib.LazyCalibration(baseline, prompts, ids, max_tokens, cache, tau_override=suite_config.near_tie_tau)
+
+
+@pytest.fixture(scope="session")
+def near_tie_policy(suite_config: SuiteConfig, calibration):
+    """--greedy-policy and the calibrated (or pinned) tau, for every check that judges a greedy mismatch."""
+    from spec_route_suite.stressors.near_tie import NearTiePolicy
+    return NearTiePolicy(mode=suite_config.greedy_policy, calibration=calibration)
+
+
 class FindingSink:
     """What a test uses to report a finding; the finding reaches the run folder from any worker."""
 
@@ -213,6 +239,14 @@ class FindingSink:
     def measure(self, kind: str, **data) -> None:
         """Record a measurement for the report (e.g. kind="p_value", value=0.3, test="chi2")."""
         self._collector.measure(self._item, kind, data)
+
+    def cover(self, check: str, route: str, *, verified: bool, ran: dict | None = None, could_detect: str = "",
+              reason: str = "", applicable: bool = True) -> None:
+        """What this test could have detected on `route` (reports/coverage.py): one row of the coverage table."""
+        from spec_route_suite.reports.coverage import CoverageRecord
+        record = CoverageRecord(check=check, route=route, verified=verified, ran=ran or {}, could_detect=could_detect,
+                                reason=reason, applicable=applicable)
+        self.measure("coverage", **record.as_measurement())
 
 
 @pytest.fixture

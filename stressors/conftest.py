@@ -20,7 +20,7 @@ STRESS_MAX_TOKENS = 48  # recall answers end within ~16 tokens; code and JSON wi
 @pytest.fixture(scope="session")
 def stress_budget(candidate, suite_config):
     budget = budget_for(batched=candidate.capabilities.concurrency, levels=suite_config.concurrency_levels,
-                        stress_requests=suite_config.stress_requests)
+                        stress_requests=suite_config.stress_requests_for(candidate.name))
     if not budget.levels:
         pytest.skip("not verified: no concurrency level above 1 configured (--concurrency)")
     return budget

@@ -18,6 +18,7 @@ from spec_route_suite.fixtures.routes.errors import RouteError
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
+from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.mixing import detect
 
 pytestmark = pytest.mark.check("aborts")
@@ -40,7 +41,9 @@ def test_route_survives_client_disconnects(candidate, stress_budget, stress_work
     hang_ups = [rng.uniform(*ABORT_FRACTION) * refs[k].latency_s if i % 2 == 0 else None for i, k in enumerate(keys)]
     subs = plan(((k, workload.get(k).request(max_tokens=stress_max_tokens, stream=stream and h is not None))
                  for k, h in zip(keys, hang_ups)), offsets=burst(len(keys)), tag="abort", abort_after_s=hang_ups)
-    run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
+    witness = LoadWitness(candidate)
+    run = witness.add(drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency))
+    witness.cover(findings, "aborts", could_detect="a hang-up that corrupts the requests beside it or kills the engine")
     problems: list[str] = []
     if run.failed:
         problems.append(findings.add(failure_finding(run, check="aborts", route=candidate.name,

@@ -15,6 +15,7 @@ from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.accuracy import fisher_p, flips, sentence, tally
 from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
 from spec_route_suite.stressors.canary import mean_latency, renderer
+from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.mixing import MixingReport, probe_contexts
 
 pytestmark = pytest.mark.check("accuracy")
@@ -30,11 +31,12 @@ def test_answers_right_alone_stay_right_under_load(candidate, baseline, tokenize
     on_baseline = {item.key: baseline.generate(item.request(max_tokens=stress_max_tokens)) for item in workload.items}
     base = tally("on the baseline", workload, ((k, c.text) for k, c in on_baseline.items()))
     loaded, flipped = [], []
+    witness = LoadWitness(candidate)
     for level in stress_budget.levels:
         keys = round_robin(workload.keys, len(workload.items), rng=rng)
         subs = plan(((k, workload.get(k).request(max_tokens=stress_max_tokens)) for k in keys),
                     offsets=burst(len(keys)), tag=f"acc-c{level}")
-        run = drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)
+        run = witness.add(drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency))
         if run.failed:
             findings.add(failure_finding(run, check="accuracy", route=candidate.name, what="accuracy load"))
         loaded.append(tally(f"at c={level}", workload, ((o.key, o.completion.text) for o in run.completed)))
@@ -43,6 +45,7 @@ def test_answers_right_alone_stay_right_under_load(candidate, baseline, tokenize
                                 workload=workload, outcomes=run.outcomes, generate=candidate.generate,
                                 render=renderer(tokenizer), max_tokens=stress_max_tokens)
         flipped += [replace(f, attribution=a) for f, a in zip(found, probed.mismatches)]
+    witness.cover(findings, "accuracy", could_detect="an answer right alone that turns wrong under load")
     text = sentence(loaded=loaded, serial=serial, baseline=base)
     details = {"sentence": text, "budget": stress_budget.describe(), "prompts": len(workload.items),
                "levels": {t.label: {"wrong": t.wrong, "n": t.n, "fisher_p_vs_serial": fisher_p(t, serial),

@@ -45,6 +45,9 @@ class Sink:
     def measure(self, kind: str, **data) -> None:
         self.measurements.append((kind, data))
 
+    def cover(self, check: str, route: str, **data) -> None:
+        self.measurements.append(("coverage", {"check": check, "route": route, **data}))
+
 
 class FixedCalibration:
     """Stands in for the `calibration` fixture with a known result."""

@@ -6,6 +6,7 @@ from pathlib import Path
 from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
 from spec_route_suite.reports.acceptance import DID_NOT_RUN, RAN, UNKNOWN, acceptance_profile, speculation_status
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
+from spec_route_suite.reports.coverage import FAMILIES
 from spec_route_suite.reports.parity import parity
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.render_markdown import render_summary
@@ -19,7 +20,7 @@ def _collector(tmp_path: Path, *, candidate_kind: str, workers: list[WorkerState
     collector = RunCollector(run_dir=tmp_path / "run", run_id="run", redact=Redactor(()), is_worker=False,
                              config_public={"baseline": {"name": "baseline", "kind": "hf"},
                                             "candidates": [{"name": "candidate", "kind": candidate_kind}]})
-    collector.outcomes = {"t::a": CheckOutcome("t::a", "greedy", "passed", 0.1)}
+    collector.outcomes = {f"t::{f}": CheckOutcome(f"t::{f}", f, "passed", 0.1) for f in FAMILIES}
     collector.worker_states = [w.__dict__ for w in workers]
     return collector
 

@@ -102,5 +102,7 @@ def test_compare_lists_new_fixed_and_still_failing():
 def test_renderers_agree_on_counts(tmp_path):
     collector = make_collector(tmp_path, findings=[], outcomes=[CheckOutcome("a::b", "greedy", "passed", 0.1)])
     report = build_run_report(collector)
-    assert "| greedy | 1 | 0 |" in render_summary(report)
-    assert 'tests="1"' in render_junit(report) and "ADOPT" in render_html(report)
+    assert "| greedy | (all) | 1 test(s) | - | yes | 1 test(s) passed |" in render_summary(report)
+    assert report["verdict"] == "pilot" and "not run: near-tie, logprobs" in report["verdict_reason"]
+    assert 'tests="1"' in render_junit(report) and "PILOT" in render_html(report)
+    assert "<td>greedy</td><td>(all)</td><td>1 test(s)</td>" in render_html(report)

@@ -47,10 +47,14 @@ class FragileRoute(OracleRoute):
 class Sink:
     def __init__(self):
         self.items = []
+        self.coverage = []
 
     def add(self, finding):
         self.items.append(finding)
         return finding
+
+    def cover(self, check: str, route: str, **data) -> None:
+        self.coverage.append({"check": check, "route": route, **data})
 
 
 class Config:

@@ -137,6 +137,10 @@ def test_correct_reference_engine_passes_every_stressor(tmp_path):
     checks = {f["check"] for f in report["findings"] if f["severity"] == "info"}
     assert checks == {"mixing", "accuracy", "batch-invariance", "prefix-cache", "aborts"}
     assert not [f for f in report["findings"] if f["severity"] in ("bug", "error")]
+    rows = {r["check"]: r for r in report["coverage"] if r["route"] == "candidate"}
+    for check in ("mixing", "accuracy", "batch-invariance", "aborts"):
+        assert rows[check]["status"] == "verified" and "in one engine step" in rows[check]["could_detect"], rows[check]
+    assert rows["prefix-cache"]["status"] == "not applicable", "the reference engine has no prefix cache"
 
 
 def test_route_suite_fails_a_kv_slot_swap_engine(tmp_path):

@@ -31,12 +31,13 @@ def run_suite(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[subproc
 def test_default_pair_passes_and_writes_the_run_folder(tmp_path):
     result, report = run_suite(tmp_path, "-n", "2", "--prompt-limit", "2", "--categories", "math,chat,long")
     assert result.returncode == 0, result.stdout[-3000:]
-    assert report["checks"]["greedy"].get("passed") == 6
+    assert report["checks"]["greedy"].get("passed") == 12, "6 prompts on each of the default pair's two candidates"
     assert report["findings"] == [] and report["complete"]
-    assert report["verdict"] in ("adopt", "pilot")
     assert report["findings_accounting"] == {"recorded": 0, "received": 0, "lost": 0}
-    assert set(report["inventories"]) == {"baseline", "candidate"}
+    assert set(report["inventories"]) == {"baseline", "candidate", "reference-batched"}
     assert report["acceptance"]["candidate"]["mean_acceptance_length"] > 1.0
+    assert report["acceptance"]["reference-batched"]["mean_acceptance_length"] > 1.0
+    assert report["verdict"] == "pilot" and "not run:" in report["verdict_reason"], "greedy alone is not every check"
 
 
 def test_planted_divergence_fails_naming_prompt_and_position(tmp_path):

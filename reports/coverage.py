@@ -1,0 +1,163 @@
+"""What each check could have detected on this run, and whether that is enough to say "verified".
+
+A passing check proves something only when it could have failed: stressors on a route that serialises
+requests never put two requests in one engine step, a distribution budget too small for --detect-tv
+cannot see the shift it is meant to catch, a deselected family did not run at all. Tests record a
+`coverage` measurement per candidate (FindingSink.cover); this module folds those records and the
+test outcomes into ONE table (check, route, what ran, what it could detect, status, why) and names
+the gaps that keep a run from "adopt".
+
+Status of a (check, candidate) row:
+- verified: ran, passed, and could have detected its bug class here;
+- not verified: ran, but could not have detected it (the reason says why), or every test was skipped;
+- not applicable: the engine itself says the bug class cannot exist here (e.g. it has no prefix cache);
+- failed: a test failed (the findings say what);
+- not run: deselected (-k, --categories, a test path) or never collected.
+A family is covered when it is verified (or not applicable) on at least one candidate.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+# Every check family the route suite has (pytest.mark.check in equivalence/ and stressors/).
+FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "seeds", "distribution", "mixing",
+            "batch-invariance", "accuracy", "aborts", "prefix-cache")
+STRESSOR_FAMILIES = ("mixing", "batch-invariance", "accuracy", "aborts", "prefix-cache")
+VERIFIED, NOT_VERIFIED, NOT_APPLICABLE, FAILED, NOT_RUN = (
+    "verified", "not verified", "not applicable", "failed", "not run")
+ANY_ROUTE = "(all)"
+
+
+@dataclass(frozen=True)
+class CoverageRecord:
+    """One test's statement of what it could detect on one route (a `coverage` measurement)."""
+
+    check: str
+    route: str
+    verified: bool
+    ran: Mapping[str, float] = field(default_factory=dict)   # counts that add up across tests: prompts, tokens...
+    could_detect: str = ""
+    reason: str = ""          # why not verified (or why not applicable)
+    applicable: bool = True
+
+    def as_measurement(self) -> dict[str, Any]:
+        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    check: str
+    route: str
+    ran: str
+    could_detect: str
+    status: str
+    why: str
+
+    @property
+    def covers(self) -> bool:
+        return self.status in (VERIFIED, NOT_APPLICABLE)
+
+
+def _ran_text(counts: Mapping[str, float], tests: int) -> str:
+    parts = [f"{int(v) if float(v).is_integer() else round(v, 3)} {k}" for k, v in counts.items()]
+    return ", ".join(parts) or f"{tests} test(s)"
+
+
+def _unique(texts: Iterable[str]) -> str:
+    seen: list[str] = []
+    for text in texts:
+        if text and text not in seen:
+            seen.append(text)
+    return "; ".join(seen)
+
+
+def _route_of(nodeid: str, candidates: Sequence[str]) -> str:
+    """The candidate a test ran on, from its parameter id (`[candidate-math-00]`, `[T1.0-candidate]`)."""
+    params = f"-{nodeid.partition('[')[2].rstrip(']')}-"
+    matches = [c for c in candidates if f"-{c}-" in params]
+    return max(matches, key=len) if matches else ANY_ROUTE
+
+
+def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[Any],
+                  candidates: Sequence[str]) -> list[CoverageRow]:
+    """The coverage table: one row per (family, candidate) that ran, one "not run" row per absent family."""
+    records = list(records)
+    by_key: dict[tuple[str, str], list[CoverageRecord]] = defaultdict(list)
+    for raw in records:
+        fields = {k: raw[k] for k in CoverageRecord.__dataclass_fields__ if k in raw}
+        record = CoverageRecord(**fields)
+        by_key[(record.check, record.route)].append(record)
+    routes_of_tests = {raw.get("test_id"): raw.get("route") for raw in records}
+    tests: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for outcome in outcomes:
+        route = routes_of_tests.get(outcome.nodeid) or _route_of(outcome.nodeid, candidates)
+        tests[(outcome.check, route)].append(outcome)
+    rows: list[CoverageRow] = []
+    for family in FAMILIES:
+        keys = sorted({k for k in (*by_key, *tests) if k[0] == family}, key=lambda k: (k[1] == ANY_ROUTE, k[1]))
+        if not keys:
+            rows.append(CoverageRow(family, ANY_ROUTE, "-", "-", NOT_RUN,
+                                    "deselected (-k, a test path or --categories) or not collected"))
+            continue
+        for key in keys:
+            rows.append(_row(family, key[1], by_key.get(key, []), tests.get(key, [])))
+    return rows
+
+
+def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any]) -> CoverageRow:
+    counts: dict[str, float] = {}
+    for record in records:
+        for name, value in record.ran.items():
+            counts[name] = counts.get(name, 0) + value
+    ran = _ran_text(counts, len(outcomes) or len(records))
+    if outcomes and counts:
+        ran += f" in {len(outcomes)} test(s)"
+    could = _unique(r.could_detect for r in records) or "-"
+    results = [o.outcome for o in outcomes]
+    if any(r in ("failed", "error") for r in results):
+        return CoverageRow(family, route, ran, could, FAILED, "a test failed: see the findings")
+    passed = sum(r in ("passed", "xfailed") for r in results)
+    if outcomes and not passed:
+        why = _unique(o.reason for o in outcomes if o.outcome == "skipped") or "every test was skipped"
+        return CoverageRow(family, route, ran, could, NOT_VERIFIED, why)
+    if records and not all(r.applicable for r in records):
+        return CoverageRow(family, route, ran, could, NOT_APPLICABLE, _unique(r.reason for r in records
+                                                                              if not r.applicable))
+    blind = [r for r in records if not r.verified]
+    if blind:
+        return CoverageRow(family, route, ran, could, NOT_VERIFIED, _unique(r.reason for r in blind))
+    skipped = _unique(o.reason for o in outcomes if o.outcome == "skipped")
+    return CoverageRow(family, route, ran, could, VERIFIED,
+                       f"{passed} test(s) passed" + (f" ({skipped})" if skipped else ""))
+
+
+def coverage_gaps(rows: Sequence[CoverageRow]) -> list[str]:
+    """Families covered on no candidate, each with its reason: what keeps the run from "adopt"."""
+    gaps, absent = [], []
+    for family in FAMILIES:
+        mine = [r for r in rows if r.check == family]
+        if any(r.covers for r in mine) or any(r.status == FAILED for r in mine):
+            continue
+        if not mine or all(r.status == NOT_RUN for r in mine):
+            absent.append(family)
+            continue
+        why = _unique(f"{r.route}: {r.why}" if r.route != ANY_ROUTE else r.why for r in mine)
+        gaps.append(f"{family} {mine[0].status} ({why})")
+    if absent:
+        gaps.insert(0, f"not run: {', '.join(absent)} (deselected by -k, a test path or --categories)")
+    return gaps
+
+
+def table_dicts(rows: Sequence[CoverageRow]) -> list[dict[str, str]]:
+    return [asdict(r) for r in rows]
+
+
+COLUMNS = ("check", "route", "what ran", "what it could detect", "verified", "why")
+
+
+def table_cells(row: Mapping[str, str]) -> tuple[str, ...]:
+    """One coverage row as the renderers show it: verified is yes / no / n/a / failed / not run."""
+    verified = {VERIFIED: "yes", NOT_VERIFIED: "no", NOT_APPLICABLE: "n/a"}.get(row["status"], row["status"])
+    return (row["check"], row["route"], row["ran"], row["could_detect"], verified, row["why"])

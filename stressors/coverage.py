@@ -1,0 +1,74 @@
+"""Did a stressor really stress? The concurrency a load run reached at the engine, for the coverage table.
+
+Cross-request bugs need requests that share engine steps. A client can keep 32 requests open
+against a route that serves one at a time (the in-process transformers route holds a lock), so
+the driver's own in-flight count proves nothing. Three witnesses, strongest first:
+- the engine's own gauge: the most requests it served in one step (an optional route method
+  `engine_batch_peak(reset)`; the reference engine and the hf route have it);
+- whether the route batches at all (capability `concurrency`);
+- the measured overlap of request lifetimes in the load driver (requests really open together).
+A stressor is "verified" only when the route batches and two or more requests were in flight
+together (and the engine's gauge, where it has one, saw two or more in one step).
+Environment: none.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from spec_route_suite.stressors.driver import LoadRun
+
+
+def lifetime_overlap(runs: Iterable[LoadRun]) -> int:
+    """The most requests whose lifetimes (send to answer) overlapped at one instant, over all runs."""
+    peak = 0
+    for run in runs:
+        events = sorted([(o.started_s, 1) for o in run.outcomes] + [(o.ended_s, -1) for o in run.outcomes],
+                        key=lambda e: (e[0], e[1]))
+        now = 0
+        for _, step in events:
+            now += step
+            peak = max(peak, now)
+    return peak
+
+
+class LoadWitness:
+    """Collects a stressor's load runs and the engine's batch gauge; states what the stressor could detect."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.runs: list[LoadRun] = []
+        self._gauge = getattr(handle.route, "engine_batch_peak", None)
+        if self._gauge is not None:
+            handle.run(self._gauge(reset=True))
+
+    def add(self, run: LoadRun) -> LoadRun:
+        self.runs.append(run)
+        return run
+
+    def engine_peak(self) -> int | None:
+        return self.handle.run(self._gauge()) if self._gauge is not None else None
+
+    def verdict(self) -> tuple[bool, str, dict]:
+        """(verified, reason when not, what ran)."""
+        batches = bool(self.handle.capabilities.concurrency)
+        overlap = lifetime_overlap(self.runs)
+        peak = self.engine_peak()
+        ran = {"load runs": len(self.runs), "requests": sum(len(r.outcomes) for r in self.runs)}
+        seen = (f"max {overlap} requests open together at the client"
+                + (f", max {peak} in one engine step (engine gauge)" if peak is not None else
+                   ", engine exposes no batch gauge"))
+        if not batches:
+            return False, (f"the route serialises requests (capability concurrency=False): no two requests ever "
+                           f"share an engine step ({seen})"), ran
+        if overlap < 2:
+            return False, f"overlap never reached: {seen}", ran
+        if peak is not None and peak < 2:
+            return False, f"the engine never served two requests in one step: {seen}", ran
+        return True, seen, ran
+
+    def cover(self, findings, check: str, *, could_detect: str) -> bool:
+        verified, why, ran = self.verdict()
+        findings.cover(check, self.handle.name, verified=verified, ran=ran,
+                       could_detect=f"{could_detect} ({why})" if verified else could_detect,
+                       reason="" if verified else why)
+        return verified

@@ -1,0 +1,311 @@
+"""A verdict that means what it says (issue #12): each rule proven both ways.
+
+Unit level: the coverage table and the verdict it drives (a serialising route's stressors, an
+underpowered distribution budget, a finding about the baseline, deselected families), the hf
+route's draft counter, the stressors' load witness, the baseline boundary attribution.
+Run level (subprocess, small budgets): a candidate that is the baseline itself waits because
+speculation did not run; a speculative baseline or a candidate on the baseline's own endpoint
+exits 4; --greedy-policy and a pinned tau reach the stressors.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec_route_suite.equivalence.boundaries import Case, run_sweep
+from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.reports.acceptance import DID_NOT_RUN, UNKNOWN, speculation_status
+from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
+from spec_route_suite.reports.coverage import FAMILIES, STRESSOR_FAMILIES, CoverageRecord
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.redact import Redactor
+from spec_route_suite.reports.render_markdown import render_summary
+from spec_route_suite.reports.run_report import build_run_report
+from spec_route_suite.stressors.coverage import LoadWitness, lifetime_overlap
+from spec_route_suite.stressors.driver import burst, drive_handle, plan
+from tests.test_greedy_routes import handle, hf_route, reference_route
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET, DRAFT = EMBEDDED_MODELS / "target", EMBEDDED_MODELS / "draft"
+COUNTERS = {"drafts": 10, "draft_tokens": 40, "accepted": 20, "accepted_per_pos": [8, 6, 4, 2]}
+
+
+def collector(tmp_path: Path, *, records=(), findings=(), families=FAMILIES, candidates=("candidate",)) -> RunCollector:
+    """A finished run where every family in `families` passed on every candidate, plus coverage records."""
+    run = RunCollector(run_dir=tmp_path / "run", run_id="run", redact=Redactor(()), is_worker=False,
+                       config_public={"baseline": {"name": "baseline", "kind": "hf"},
+                                      "candidates": [{"name": c, "kind": "hf"} for c in candidates]})
+    run.outcomes = {f"t::{f}[{c}]": CheckOutcome(f"t::{f}[{c}]", f, "passed", 0.1) for f in families for c in candidates}
+    run.findings = list(findings)
+    run.measurements = {"coverage": [{**r.as_measurement(), "test_id": f"t::{r.check}[{r.route}]"} for r in records]}
+    inventory = {"engine": "transformers", "speculation": {"method": "assisted_generation"}, "extra": {}}
+    run.worker_states = [WorkerState(findings_recorded=len(run.findings), inventories={c: inventory for c in candidates},
+                                     acceptance={c: COUNTERS for c in candidates}).__dict__]
+    return run
+
+
+def serialised(route: str) -> list[CoverageRecord]:
+    why = "the route serialises requests (capability concurrency=False): no two requests ever share an engine step"
+    return [CoverageRecord(check=f, route=route, verified=False, reason=why) for f in STRESSOR_FAMILIES]
+
+
+def test_every_family_verified_adopts(tmp_path):
+    report = build_run_report(collector(tmp_path))
+    assert report["verdict"] == "adopt", report["verdict_reason"]
+    assert {row["status"] for row in report["coverage"]} == {"verified"}
+    assert "## Coverage" in render_summary(report)
+
+
+def test_a_serialising_route_gets_stressors_not_verified_and_pilot(tmp_path):
+    report = build_run_report(collector(tmp_path, records=serialised("candidate")))
+    assert report["verdict"] == "pilot"
+    for family in STRESSOR_FAMILIES:
+        row = next(r for r in report["coverage"] if r["check"] == family)
+        assert row["status"] == "not verified" and "serialises requests" in row["why"]
+        assert f"{family} not verified" in report["verdict_reason"]
+
+
+def test_a_family_verified_on_another_candidate_is_covered(tmp_path):
+    """The default pair: hf serialises, the batching engine verifies the stressors for the run."""
+    records = serialised("hf") + [CoverageRecord(check=f, route="batched", verified=True) for f in STRESSOR_FAMILIES]
+    report = build_run_report(collector(tmp_path, records=records, candidates=("hf", "batched")))
+    assert report["verdict"] == "adopt", report["verdict_reason"]
+    rows = {(r["check"], r["route"]): r["status"] for r in report["coverage"]}
+    assert rows[("mixing", "hf")] == "not verified" and rows[("mixing", "batched")] == "verified"
+
+
+def test_an_underpowered_distribution_budget_is_pilot_with_its_detectable_tv(tmp_path):
+    weak = CoverageRecord(check="distribution", route="candidate", verified=False,
+                          could_detect="T1.0: TV >= 0.231 per prompt (power 0.9)",
+                          reason="T1.0: minimum detectable TV 0.231 is above --detect-tv 0.05 (a serial route's capped budget)")
+    report = build_run_report(collector(tmp_path, records=[weak]))
+    assert report["verdict"] == "pilot" and "minimum detectable TV 0.231" in report["verdict_reason"]
+    strong = CoverageRecord(check="distribution", route="candidate", verified=True, could_detect="T1.0: TV >= 0.049")
+    assert build_run_report(collector(tmp_path, records=[strong]))["verdict"] == "adopt"
+
+
+def test_deselected_families_are_not_run_and_keep_the_run_from_adopt(tmp_path):
+    report = build_run_report(collector(tmp_path, families=("greedy",)))
+    assert report["verdict"] == "pilot" and "not run: near-tie, logprobs" in report["verdict_reason"]
+    assert {r["check"] for r in report["coverage"] if r["status"] == "not run"} == set(FAMILIES) - {"greedy"}
+
+
+def test_no_prefix_cache_is_not_applicable_and_does_not_block_adopt(tmp_path):
+    na = CoverageRecord(check="prefix-cache", route="candidate", verified=False, applicable=False,
+                        reason="the engine has no prefix cache (its inventory says so)")
+    assert build_run_report(collector(tmp_path, records=[na]))["verdict"] == "adopt"
+    never_hit = CoverageRecord(check="prefix-cache", route="candidate", verified=False, reason="zero prefix-cache hits")
+    report = build_run_report(collector(tmp_path, records=[never_hit]))
+    assert report["verdict"] == "pilot" and "zero prefix-cache hits" in report["verdict_reason"]
+
+
+def test_warnings_that_weaken_the_evidence_move_adopt_to_pilot(tmp_path):
+    weak = Finding(check="accuracy", severity="warning", route="candidate", uid="w-1",
+                   title="accuracy under load weakly verified: only 3 of 12 answers right serially")
+    report = build_run_report(collector(tmp_path, findings=[weak]))
+    assert report["verdict"] == "pilot" and "weakly verified" in report["verdict_reason"]
+
+
+def test_a_finding_about_the_baseline_is_not_a_candidate_bug_but_blocks_adopt(tmp_path):
+    about_baseline = Finding(check="boundary", severity="bug", route="baseline", uid="w-1",
+                             title="the baseline 'baseline' itself breaks stop_string boundary rules")
+    report = build_run_report(collector(tmp_path, findings=[about_baseline]))
+    assert report["verdict"] == "pilot" and "about the baseline `baseline` itself" in report["verdict_reason"]
+    against_candidate = Finding(check="boundary", severity="bug", route="candidate", uid="w-2", title="overshoot")
+    assert build_run_report(collector(tmp_path, findings=[against_candidate]))["verdict"] == "avoid"
+
+
+def test_a_baseline_that_speculated_keeps_the_run_waiting(tmp_path):
+    run = collector(tmp_path)
+    run.worker_states[0]["acceptance"]["baseline"] = COUNTERS
+    report = build_run_report(run)
+    assert report["verdict"] == "wait" and "the baseline `baseline` speculated" in report["verdict_reason"]
+
+
+def test_a_plain_vllm_server_posing_as_candidate_did_not_speculate():
+    plain = {"engine": "vllm", "speculation": {}, "extra": {"endpoints": {"metrics": "ok"}}}
+    assert speculation_status("c", inventory=plain, profile=None)["status"] == DID_NOT_RUN
+    no_metrics = {**plain, "extra": {"endpoints": {"metrics": "HTTP 404"}}}
+    assert speculation_status("c", inventory=no_metrics, profile=None)["status"] == UNKNOWN
+    sglang = {"engine": "sglang", "speculation": {"speculative_algorithm": "EAGLE"}, "extra": {}}
+    assert speculation_status("c", inventory=sglang, profile=None)["status"] == DID_NOT_RUN
+    assert speculation_status("c", inventory={**sglang, "speculation": {}}, profile=None)["status"] == UNKNOWN
+
+
+# ---------------------------------------------------------------- the routes' own witnesses
+
+def test_hf_counts_the_drafters_proposals_not_target_passes(loop):
+    request = Request(prompt_ids=(1, 5, 9, 13, 20), max_tokens=24)
+    plain, assisted = hf_route("plain-witness", False), hf_route("assisted-witness", True)
+    for route in (plain, assisted):
+        loop.run(route.generate(request), timeout=120)
+    idle, ran = loop.run(plain.acceptance(), timeout=10), loop.run(assisted.acceptance(), timeout=10)
+    assert (idle.drafts, idle.draft_tokens, idle.accepted) == (0, 0, 0), "plain decoding must not read as speculation"
+    assert ran.drafts > 0 and 0 < ran.draft_tokens <= 4 * ran.drafts and ran.accepted <= ran.draft_tokens
+    per_pos = list(ran.accepted_per_pos)
+    assert sum(per_pos) == ran.accepted and per_pos == sorted(per_pos, reverse=True)
+
+
+def _burst_run(route, n: int):
+    target = handle(route)
+    witness = LoadWitness(target)
+    subs = plan(((f"k{i}", Request(prompt_ids=(1, 5, 9 + i, 13), max_tokens=8)) for i in range(n)),
+                offsets=burst(n), tag="witness")
+    witness.add(drive_handle(target, subs, concurrency=n, mean_latency_s=0.2))
+    return witness.verdict()
+
+
+def test_load_witness_serialising_route_is_not_verified_and_batching_route_is():
+    verified, why, ran = _burst_run(hf_route("candidate", True), 4)
+    assert not verified and "serialises requests" in why and "max 1 in one engine step" in why
+    verified, why, _ = _burst_run(reference_route("batched"), 6)
+    assert verified and "in one engine step (engine gauge)" in why, why
+
+
+def test_lifetime_overlap_counts_requests_open_together():
+    from spec_route_suite.stressors.driver import LoadRun, Outcome
+
+    def run(*spans):
+        return LoadRun(outcomes=tuple(Outcome(f"k{i}", f"r{i}", None, None, None, a, b, 1)
+                                      for i, (a, b) in enumerate(spans)),
+                       concurrency=4, max_in_flight=4, wall_s=1.0, started_at=0.0)
+    assert lifetime_overlap([run((0, 1), (1, 2), (2, 3))]) == 1
+    assert lifetime_overlap([run((0, 2), (1, 3), (1.5, 4), (3.5, 5))]) == 3
+
+
+# ---------------------------------------------------------------- boundary attribution
+
+class _Fixed:
+    """A RouteHandle stand-in that answers every request with fixed tokens."""
+
+    def __init__(self, name: str, tokens: tuple[int, ...], finish: str):
+        self.name, self._tokens, self._finish = name, tokens, finish
+
+    def generate(self, req: Request) -> Completion:
+        return Completion(token_ids=self._tokens, text="", finish_reason=self._finish, route=self.name)
+
+
+def test_a_baseline_boundary_violation_is_the_baselines_not_the_candidates():
+    stop = 7
+    case = Case(variant="stop_token_ids", request=Request(prompt_ids=(1, 2), max_tokens=8, stop_token_ids=(stop,)),
+                stop_ids=frozenset({stop}))
+    correct = _Fixed("candidate", (4, 5, stop), "stop")
+    overshoot = _Fixed("baseline", (4, 5, stop, 9), "stop")
+    result = run_sweep(baseline=overshoot, candidate=correct, cases=[case], decode=lambda t: "")
+    assert result.problems == [] and result.baseline_problems and "baseline 'baseline'" in result.baseline_problems[0]
+    result = run_sweep(baseline=correct, candidate=overshoot, cases=[case], decode=lambda t: "")
+    assert result.problems and result.baseline_problems == []
+
+
+# ---------------------------------------------------------------- whole runs
+
+def _suite(tmp_path: Path, *args: str, paths=("equivalence/test_greedy.py",), timeout: float = 600):
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", "-q",
+                             "--report-dir", str(out), *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=timeout)
+    reports = sorted(out.glob("*/report.json"))
+    return result, (json.loads(reports[-1].read_text()) if reports else {})
+
+
+def test_a_candidate_that_is_the_baseline_itself_waits_because_speculation_did_not_run(tmp_path):
+    result, report = _suite(tmp_path, "--candidate", f"hf:{TARGET}", "--prompt-limit", "1", "--categories", "math")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert report["speculation"][0]["status"] == DID_NOT_RUN
+    assert report["verdict"] == "wait" and "speculation did not run" in report["verdict_reason"]
+    result, report = _suite(tmp_path / "assisted", "--candidate", f"hf:{TARGET}?draft={DRAFT}",
+                            "--prompt-limit", "1", "--categories", "math")
+    assert report["speculation"][0]["status"] == "ran" and report["verdict"] == "pilot", report["verdict_reason"]
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--baseline", f"hf:{TARGET}?draft={DRAFT}"], "baseline"),
+    (["--baseline", f"hf:{TARGET}?prompt_lookup=3"], "baseline"),
+    (["--baseline", "openai:http://127.0.0.1:9/v1?model=tiny", "--candidate", "openai:http://127.0.0.1:9/v1/?model=tiny"],
+     "candidate.base_url"),
+])
+def test_a_speculative_baseline_or_the_baselines_own_endpoint_exits_4(tmp_path, args, field):
+    result, _ = _suite(tmp_path, *args, "--collect-only")
+    assert result.returncode == 4 and f"bad configuration: {field}:" in result.stderr, result.stderr[-1000:]
+
+
+def test_a_distinct_ar_baseline_and_endpoint_are_accepted(tmp_path):
+    result, _ = _suite(tmp_path, "--baseline", "openai:http://127.0.0.1:9/v1?model=tiny",
+                       "--candidate", "openai:http://127.0.0.1:9/v1?model=tiny-spec", "--collect-only")
+    assert result.returncode == 0, result.stderr[-1000:]
+
+
+class _SplitOne:
+    """A route that answers one identical request with a planted split (the baseline's second choice at
+    token SPLIT, then the baseline's own continuation): a numerical near-tie of known margin."""
+
+    def __init__(self, inner, split: Completion):
+        self.inner, self.name, self.capabilities, self.split = inner, inner.name, inner.capabilities, split
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def generate(self, req: Request) -> Completion:
+        answer = await self.inner.generate(req)
+        return self.split if req.request_id.startswith("identical-1-") else answer
+
+
+SPLIT = 3
+
+
+def planted_split(base, prompt_ids, max_tokens: int) -> tuple[Completion, float]:
+    """The baseline's greedy output with its second choice at SPLIT, and that choice's margin in nats."""
+    expected = base.generate(Request(prompt_ids=prompt_ids, max_tokens=max_tokens))
+    scored = base.score(prompt_ids, expected.token_ids[:SPLIT + 1], 2)[SPLIT]
+    (_, top), (alt, second) = scored.top[:2]
+    head = expected.token_ids[:SPLIT] + (alt,)
+    tail = base.generate(Request(prompt_ids=tuple(prompt_ids) + head, max_tokens=max_tokens - len(head)))
+    tokens = head + tail.token_ids
+    return Completion(token_ids=tokens, text=f"split {tokens}", finish_reason=tail.finish_reason,
+                      route="candidate"), top - second
+
+
+@pytest.mark.parametrize("mode, tau_over_margin, fails", [
+    ("strict", 10.0, True), ("classify", 10.0, False), ("classify", 0.5, True)])
+def test_greedy_policy_and_tau_reach_the_stressors(mode, tau_over_margin, fails):
+    """The identical-requests stressor with one planted near-tie split: strict fails it, classify excuses it
+    only when the baseline's teacher-forced margin is below the run's tau."""
+    from spec_route_suite.stressors import test_batch_invariance as stressor
+    from spec_route_suite.stressors.canary import build_workload, serial_references
+    from spec_route_suite.stressors.driver import budget_for
+    from spec_route_suite.stressors.near_tie import NearTiePolicy
+    from tests.test_greedy_routes import FixedCalibration, Sink, baseline_handle, tokenizer
+    from spec_route_suite.equivalence.calibration import Calibration
+    base, tok, max_tokens = baseline_handle(), tokenizer(), 16
+    workload = build_workload(tok, size=8, seed=0)
+    item = next(iter(workload.recall()), workload.items[0])
+    split, margin = planted_split(base, item.prompt_ids, max_tokens)
+    candidate = handle(_SplitOne(hf_route("split-candidate", False), split), "candidate")
+    refs = serial_references(candidate.generate, workload, max_tokens=max_tokens)
+    tau = margin * tau_over_margin
+    calibration = Calibration(route="baseline", tau=tau, logprob_tol=1e-3, noise=None, overridden=True)
+    sink = Sink()
+    budget = budget_for(batched=False, levels=(1, 4), stress_requests=32)
+    run = lambda: stressor.test_identical_greedy_requests_agree_under_load(  # noqa: E731
+        candidate=candidate, baseline=base, tokenizer=tok, stress_budget=budget, stress_workload=workload,
+        stress_references=refs, stress_max_tokens=max_tokens,
+        near_tie_policy=NearTiePolicy(mode=mode, calibration=FixedCalibration(calibration)), findings=sink)
+    if fails:
+        with pytest.raises(pytest.fail.Exception):
+            run()
+    else:
+        run()
+    (split_finding,) = [f for f in sink.items if f.severity != "info"]
+    assert split_finding.severity == ("bug" if fails else "near-tie")
+    assert f"{mode} policy" in json.dumps(split_finding.details)
+
+
+def test_cached_prompt_tokens_are_read_from_usage():
+    from spec_route_suite.fixtures.routes.openai import cached_tokens
+    assert cached_tokens({"usage": {"prompt_tokens_details": {"cached_tokens": 12}}}) == 12
+    assert cached_tokens({"usage": {"prompt_tokens": 30}}) is None and cached_tokens({"usage": None}) is None
