@@ -29,6 +29,7 @@ from spec_route_suite.stressors.driver import drive_handle, failure_finding, mix
 from spec_route_suite.stressors.mixing import classify_mismatch, detect, merge, probe_contexts, untrusted_references
 from spec_route_suite.stressors.replay import replay_script
 from spec_route_suite.stressors.schedules import Schedule, shrink, window_schedule
+from spec_route_suite.stressors.suspicious import early_stops
 
 pytestmark = pytest.mark.check("mixing")
 SHRINK_SECONDS = 45.0
@@ -62,6 +63,13 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
         if run.failed:
             findings.add(failure_finding(run, check="mixing", route=candidate.name, what="mixing load"))
     after = candidate.acceptance()
+    stopped = [line for run in runs for line in early_stops(run.outcomes, refs)]
+    if stopped:
+        findings.add(Finding(
+            check="mixing", severity="bug", route=candidate.name,
+            title=(f"{len(stopped)} answers under load stopped after at most one token where the serial run was "
+                   f"long (the vllm#50021 pattern: HTTP 200, one empty token, finish_reason 'stop')"),
+            details={"examples": stopped[:20], "max_tokens": stress_max_tokens}))
     total = merge(reports)
     distrusted = untrusted_references(baseline=baseline.generate, candidate=candidate.generate, workload=workload,
                                       references=refs, keys={a.victim_key for a in total.mismatches},
@@ -105,6 +113,9 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                   f"identifiable source (corrupted batch state?): {bugs[0][:200]}",
             details={"examples": bugs[:10], **details}))
     if not total.contaminated:
+        if stopped:
+            pytest.fail(f"candidate '{candidate.name}': {len(stopped)} answers under load stopped early:\n"
+                        + "\n".join(stopped[:5]), pytrace=False)
         if distrusted:
             pytest.fail(f"candidate '{candidate.name}': {len(distrusted)} serial references differ from the AR "
                         f"baseline and do not reproduce: {', '.join(sorted(distrusted)[:5])}", pytrace=False)

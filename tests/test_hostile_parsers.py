@@ -255,6 +255,9 @@ def flat_score_cases(draw):
     "input_token_logprobs": [[None, 1, None], [-0.1, 2, None], [-0.2, 5, None]],
     "input_top_logprobs_val_flat": [-0.2], "input_top_logprobs_idx_flat": [5],
     "input_top_logprobs_shape": [1, 1], "input_top_logprobs_null_prefix": 10 ** 12}}), json_reply(models_body())))
+# /v1/models {"data": -1.0} -> TypeError escaped score() (the context-limit probe ran outside the shape guard)
+# -> a "data" that is not a list means no limit is known
+@example(case=([0], [0], json_reply(sglang_score_body([0], [0])), json_reply({"object": None, "data": -1.0})))
 def test_sglang_scores_are_valid_or_a_route_error(case):
     scored("sglang", *case, name="score-sglang")
 
@@ -316,6 +319,8 @@ def inventory_answers(draw):
 @pytest.mark.parametrize("kind", ["openai", "sglang"])
 @settings(max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answers=inventory_answers())
+# /v1/models max_model_len false -> a context length of False in the inventory -> bools are not lengths
+@example(answers={"/v1/models": json_reply({"data": [{"id": "toy", "max_model_len": False}]})})
 def test_inventory_and_acceptance_never_raise(kind, answers):
     r = route(kind)
 
@@ -367,6 +372,8 @@ def test_wellformed_answers_still_parse():
     assert c.token_ids == (3, 4, 5) and c.usage_completion_tokens == 3
     full = Request(prompt_ids=(1, 2), max_tokens=3, request_id="ok-full")  # usage == max_tokens is fine
     assert generated("openai", full, json_reply(vllm_body([3, 4, 5], full)), "control").usage_completion_tokens == 3
+    over = Request(prompt_ids=(1, 2), max_tokens=2, request_id="ok-over")  # an overshoot the boundary check judges
+    assert generated("openai", over, json_reply(vllm_body([3, 4, 5], over)), "control").token_ids == (3, 4, 5)
     chat = chatted(Request(prompt_ids=(1,), max_tokens=4, logprobs=1, request_id="ok-chat"),
                    json_reply(chat_body([3, 4], REQ)))
     assert chat.token_ids == (3, 4) and chat.text == "t3 t4"
