@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.fixtures.routes.base import Request, TokenLogprobs
+from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 
 SHOWN = 8
+ZERO_RUN = 4          # sampled tokens that must all report exactly 0.0 before it is a finding
+CERTAIN = -1e-6       # a teacher-forced logprob above this: the model really is that sure of the token
 
 
 @dataclass(frozen=True)
@@ -139,3 +141,19 @@ def summarize(mismatches: Sequence[LogprobMismatch]) -> str:
     lines = [m.line() for m in mismatches[:SHOWN]]
     more = [f"... {len(mismatches) - SHOWN} more"] if len(mismatches) > SHOWN else []
     return "\n".join([head, *lines, *more])
+
+
+def all_zero_logprobs(sampled: Completion, reference: Sequence[TokenLogprobs], *,
+                      min_tokens: int = ZERO_RUN) -> str | None:
+    """vllm#17876 on a sampled route: every returned logprob exactly 0.0. Well-formed, and wrong unless the
+    model is certain of each token; `reference` (the baseline teacher-forcing the same tokens) says
+    whether it is. None when nothing is suspicious."""
+    values = [t.logprob for t in sampled.logprobs or ()]
+    if len(values) < min_tokens or any(v != 0.0 for v in values):
+        return None
+    doubtful = [(i, r.logprob) for i, r in enumerate(reference) if r.logprob < CERTAIN]
+    if not doubtful:
+        return None
+    shown = ", ".join(f"token {i}: {v:.3f}" for i, v in doubtful[:SHOWN])
+    return (f"all {len(values)} sampled tokens report logprob exactly 0.0, but the baseline teacher-forcing "
+            f"the same tokens gives {shown}")

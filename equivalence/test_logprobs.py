@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.equivalence.logprobs import baseline_reference, compare_logprobs, summarize
+from spec_route_suite.equivalence.logprobs import all_zero_logprobs, baseline_reference, compare_logprobs, summarize
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 from spec_route_suite.reports.findings import Finding
@@ -51,3 +51,30 @@ def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompt
                  "mismatches": [m.__dict__ for m in mismatches[:50]]}))
     pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' vs baseline '{baseline.name}' "
                 f"({method}; {aa.describe()}):\n{text}", pytrace=False)
+
+
+SAMPLED_TOKENS = 16
+
+
+def test_sampled_logprobs_are_not_all_zero(lean_prompt, baseline, candidate, fitted_prompts, suite_config, findings):
+    """A sampled answer whose logprobs are all exactly 0.0 (vllm#17876), while the baseline is not that sure."""
+    candidate.require("logprobs")
+    req = Request(prompt_ids=fitted_prompts.ids(lean_prompt),
+                  max_tokens=min(SAMPLED_TOKENS, suite_config.max_new_tokens), temperature=1.0, seed=suite_config.seed,
+                  logprobs=1, request_id=f"logprobs-sampled-{lean_prompt.id}")
+    actual = candidate.generate(req)
+    if not actual.logprobs or any(t.logprob != 0.0 for t in actual.logprobs):
+        return
+    try:
+        reference, method = baseline_reference(baseline, req, actual.token_ids, top_k=1)
+    except CapabilityMissing as exc:
+        pytest.skip(f"not verified: {exc}")
+    problem = all_zero_logprobs(actual, reference)
+    if problem is None:
+        return
+    findings.add(Finding(check="logprobs", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
+                         title=f"candidate '{candidate.name}' reports logprob 0.0 for every sampled token "
+                               f"(prompt {lean_prompt.id})",
+                         details={"diff": problem, "reference": method, "prompt_ids": list(req.prompt_ids),
+                                  "candidate_tokens": list(actual.token_ids)}))
+    pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}': {problem}", pytrace=False)

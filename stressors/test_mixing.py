@@ -31,6 +31,7 @@ from spec_route_suite.stressors.driver import drive_handle, failure_finding, mix
 from spec_route_suite.stressors.mixing import detect, merge, probe_contexts, untrusted_references
 from spec_route_suite.stressors.replay import replay_script
 from spec_route_suite.stressors.schedules import Schedule, shrink, window_schedule
+from spec_route_suite.stressors.suspicious import early_stops
 
 pytestmark = pytest.mark.check("mixing")
 SHRINK_SECONDS = 45.0
@@ -71,6 +72,13 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
     sent = sum(len(r.outcomes) for r in runs)
     witness.cover(findings, "mixing", could_detect=f"another request's context in an answer: a 1% per-request mixing "
                                                    f"rate shows in {sent} requests with P={1 - 0.99 ** sent:.2f}")
+    stopped = [line for run in runs for line in early_stops(run.outcomes, refs)]
+    if stopped:
+        findings.add(Finding(
+            check="mixing", severity="bug", route=candidate.name,
+            title=(f"{len(stopped)} answers under load stopped after at most one token where the serial run was "
+                   f"long (the vllm#50021 pattern: HTTP 200, one empty token, finish_reason 'stop')"),
+            details={"examples": stopped[:20], "max_tokens": stress_max_tokens}))
     total = merge(reports)
     distrusted = untrusted_references(baseline=baseline.generate, candidate=candidate.generate, workload=workload,
                                       references=refs, keys={a.victim_key for a in total.mismatches},
@@ -114,6 +122,9 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                   f"identifiable source (corrupted batch state?){suffix}: {bugs[0][:200]}",
             details={"examples": bugs[:10], **details}))
     if not total.contaminated:
+        if stopped:
+            pytest.fail(f"candidate '{candidate.name}': {len(stopped)} answers under load stopped early:\n"
+                        + "\n".join(stopped[:5]), pytrace=False)
         if distrusted:
             pytest.fail(f"candidate '{candidate.name}': {len(distrusted)} serial references differ from the AR "
                         f"baseline and do not reproduce: {', '.join(sorted(distrusted)[:5])}", pytrace=False)

@@ -1,0 +1,155 @@
+"""A fault server: the in-process OpenAI-compatible server, answering a share of requests with malformed shapes.
+
+Why: the route suite must turn a broken server's answers into findings that name the request
+and what was wrong, and keep judging the rest. This serves a real model (any route URI, via
+spec_route_suite.fixtures.servers.inprocess) and damages the n-th answer with the next shape of
+tests/hostile_shapes.py (BODY_SHAPES for plain answers, STREAM_SHAPES for event streams), spreading
+`share` of the requests evenly; every damaged request is logged with its shape, so a test can
+match each finding to the shape that caused it. Environment: none.
+"""
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.servers.inprocess import Engine, _Handler, _Server, build_engine
+from tests.hostile_shapes import BODY_SHAPES, STREAM_SHAPES, Reply
+
+
+@dataclass
+class FaultPlan:
+    """Which requests get which shape: `share` of each kind, in the order of `body_shapes` / `stream_shapes`."""
+
+    share: float = 0.5
+    stream_share: float = 1.0
+    body_shapes: tuple[str, ...] = tuple(BODY_SHAPES)
+    stream_shapes: tuple[str, ...] = tuple(STREAM_SHAPES)
+    spare: tuple[str, ...] = ()        # request-id prefixes of plain requests never damaged (e.g. a check's set-up)
+    collapse_under_load: bool = False  # well-formed but wrong: one empty "stop" token when others are in flight
+    zero_logprobs: bool = False        # well-formed but wrong: every logprob exactly 0.0
+    served: list[tuple[str, str]] = field(default_factory=list)   # (request id, shape)
+    in_flight: int = 0
+    counts: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pick(self, request_id: str, *, stream: bool) -> str | None:
+        shapes, share = (self.stream_shapes, self.stream_share) if stream else (self.body_shapes, self.share)
+        if not stream and request_id.startswith(self.spare):
+            return None
+        with self._lock:
+            n = self.counts[stream]
+            self.counts[stream] = n + 1
+            damaged_before, damaged_now = int(n * share), int((n + 1) * share)
+            if damaged_now == damaged_before or not shapes:
+                return None
+            shape = shapes[damaged_before % len(shapes)]
+            self.served.append((request_id, shape))
+            return shape
+
+    def enter(self) -> int:
+        with self._lock:
+            self.in_flight += 1
+            return self.in_flight
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+def suspicious(body: dict, plan: FaultPlan, crowded: bool) -> dict:
+    """The well-formed but wrong answers a plan asks for (a copy of `body`, or `body` itself)."""
+    choice = body["choices"][0] if body.get("choices") else None
+    if choice is None or not (plan.zero_logprobs or (plan.collapse_under_load and crowded)):
+        return body
+    body = json.loads(json.dumps(body))
+    choice = body["choices"][0]
+    if plan.collapse_under_load and crowded:
+        choice.update(token_ids=choice["token_ids"][:1], text="", finish_reason="stop", logprobs=None)
+        body["usage"]["completion_tokens"] = len(choice["token_ids"])
+    lp = choice.get("logprobs")
+    if plan.zero_logprobs and isinstance(lp, dict):
+        lp["token_logprobs"] = [0.0 for _ in lp["token_logprobs"]]
+        lp["top_logprobs"] = [{k: 0.0 for k in top} for top in lp["top_logprobs"]]
+    return body
+
+
+def write_reply(handler: Any, reply: Reply) -> None:
+    """Send a Reply chunked; a `cut` reply drops the connection without the final chunk."""
+    handler.send_response(reply.status)
+    if reply.content_type:
+        handler.send_header("Content-Type", reply.content_type)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    for piece in reply.pieces:
+        if piece:
+            handler.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+    if not reply.cut:
+        handler.wfile.write(b"0\r\n\r\n")
+        return
+    handler.wfile.flush()
+    handler.close_connection = True
+    try:
+        handler.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class FaultHandler(_Handler):
+    """The in-process server's handler, with the chosen shape applied to the answer it would have sent."""
+
+    plan: FaultPlan
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        length = self.headers.get("Content-Length", "")
+        raw = self.rfile.read(int(length)) if length.isdigit() else b""
+        try:
+            payload = json.loads(raw or b"{}")
+        except ValueError:
+            payload = {}
+        payload = payload if isinstance(payload, dict) else {}
+        max_tokens = payload.get("max_tokens")
+        request_id = self.headers.get("X-Request-Id") or ""
+        self.request_seen = Request(prompt_ids=(0,), max_tokens=max_tokens if isinstance(max_tokens, int) else 16,
+                                    request_id=request_id)
+        self.shape = self.plan.pick(request_id, stream=payload.get("stream") is True)
+        self.rfile = io.BytesIO(raw)
+        self.crowded = self.plan.enter() > 1
+        try:
+            super().do_POST()
+        finally:
+            self.plan.leave()
+
+    def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+        damage = BODY_SHAPES.get(getattr(self, "shape", None) or "")
+        if status == 200 and isinstance(body, dict) and "choices" in body:
+            body = suspicious(body, self.plan, getattr(self, "crowded", False))
+        if damage is None or status != 200 or not isinstance(body, dict):
+            return super()._send(status, body, content_type)
+        write_reply(self, damage[0](body, self.request_seen))
+
+    def _stream(self, events: list[dict]) -> None:
+        damage = STREAM_SHAPES.get(getattr(self, "shape", None) or "")
+        if damage is None:
+            return super()._stream(events)
+        write_reply(self, damage[0](events, self.request_seen))
+
+
+def serve_faults(uri: str, plan: FaultPlan, *, model_name: str = "hostile",
+                 base: Any = None) -> tuple[str, Callable[[], None]]:
+    """Serve `uri` as `model_name` with `plan` on a daemon thread: (base_url ending in /v1, stop)."""
+    engine: Engine = build_engine(uri, model_name=model_name, base=base)
+    handler = type("Handler", (FaultHandler,), {"engine": engine, "plan": plan})
+    httpd = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="fault-server", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+        engine.close()
+    return f"http://127.0.0.1:{httpd.server_address[1]}/v1", stop
