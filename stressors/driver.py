@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 
 from spec_route_suite.fixtures.routes.base import Completion, Request, Route
 from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.progress import track
 from spec_route_suite.reports.findings import Finding
 
 MAX_SUBMISSIONS = 20_000
@@ -112,6 +113,13 @@ class _Gauge:
 async def drive(route: Route, submissions: Sequence[Submission], *, concurrency: int,
                 request_timeout_s: float, deadline_s: float) -> LoadRun:
     """Send `submissions` in arrival order with at most `concurrency` in flight; never raises for route failures."""
+    with track(f"load at concurrency {concurrency}", len(submissions)) as progress:
+        return await _drive(route, submissions, concurrency=concurrency, request_timeout_s=request_timeout_s,
+                            deadline_s=deadline_s, progress=progress)
+
+
+async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency: int, request_timeout_s: float,
+                 deadline_s: float, progress) -> LoadRun:
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if len(submissions) > MAX_SUBMISSIONS:
@@ -135,13 +143,15 @@ async def drive(route: Route, submissions: Sequence[Submission], *, concurrency:
             timeout = req.timeout_s or request_timeout_s
             if sub.abort_after_s is not None and sub.abort_after_s < timeout:
                 try:
-                    completion = await asyncio.wait_for(route.generate(req), sub.abort_after_s)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(sub.abort_after_s):  # no task per request, unlike wait_for
+                        completion = await route.generate(req)
+                except TimeoutError:
                     kind, message = ABORTED, f"client disconnected after {sub.abort_after_s:.3f}s"
             else:
                 try:
-                    completion = await asyncio.wait_for(route.generate(req), timeout)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(timeout):
+                        completion = await route.generate(req)
+                except TimeoutError:
                     kind, message = "timeout", f"no answer within {timeout:.1f}s under load"
         except RouteError as exc:
             kind, message = exc.kind, exc.describe()
@@ -154,6 +164,7 @@ async def drive(route: Route, submissions: Sequence[Submission], *, concurrency:
             gate.release()
             outcomes[req.request_id] = Outcome(sub.key, req.request_id, completion, kind, message, start,
                                                loop.time() - t0, in_flight)
+            progress.advance()
 
     unsent = 0
     ordered = sorted(submissions, key=lambda s: s.at_s)
@@ -165,11 +176,14 @@ async def drive(route: Route, submissions: Sequence[Submission], *, concurrency:
         if remaining <= 0:
             unsent = len(ordered) - index
             break
-        try:
-            await asyncio.wait_for(gate.acquire(), remaining)
-        except asyncio.TimeoutError:
-            unsent = len(ordered) - index
-            break
+        if gate.locked():  # wait_for costs a task and a loop turn: only when the bound is reached
+            try:
+                await asyncio.wait_for(gate.acquire(), remaining)
+            except asyncio.TimeoutError:
+                unsent = len(ordered) - index
+                break
+        else:
+            await gate.acquire()  # returns at once: a burst launches in one loop turn, up to the bound
         tasks.append(asyncio.ensure_future(one(sub)))
     if tasks:
         _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + deadline_s - loop.time()))
