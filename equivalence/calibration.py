@@ -50,6 +50,7 @@ from typing import Callable, Sequence
 
 from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.progress import track
 
 SAFETY = 4.0
 TAU_FLOOR = 1e-3
@@ -163,8 +164,10 @@ def calibrate(baseline, prompts: Sequence[Sequence[int]], *, max_tokens: int = T
     aa_tokens = 0
     flips: list[float] = []
     alone: list[Completion] = []
-    for i, ids in enumerate(prompts):
-        alone.append(baseline.generate(_greedy(ids, max_tokens, k, f"aa-alone-{i}")))
+    with track("A/A calibration: each prompt alone", len(prompts)) as progress:
+        for i, ids in enumerate(prompts):
+            alone.append(baseline.generate(_greedy(ids, max_tokens, k, f"aa-alone-{i}")))
+            progress.advance()
     if k is None:
         notes.append(f"baseline '{baseline.name}' returns no logprobs: incremental-vs-one-pass not measured")
     can_score = bool(caps.prompt_logprobs)

@@ -34,6 +34,7 @@ from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.errors import RouteError
 from spec_route_suite.fixtures.routes.textlevel import is_text_level, retokenize
 from spec_route_suite.fixtures.routes.timing import unwrap
+from spec_route_suite.progress import track
 
 # The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
 # temperature, where temperature-handling bugs are largest and a sharp model still has entropy to
@@ -132,28 +133,38 @@ def run_check(*, baseline: Arm, candidate: Arm, prompts: int, setting: SamplingS
     adjusted = {n: 1.0 for n in names}
     rejected = {n: False for n in names}
     stopped, done, drawn = "budget exhausted", 0, 0
-    for look, size in enumerate(sizes):
-        for prompt in range(prompts):
-            keys = (setting_key(setting), prompt, look)
-            a = baseline.draw(prompt, setting, size - drawn, stream_seed(seed, ARM_KEYS["baseline"], *keys))
-            b = candidate.draw(prompt, setting, size - drawn, stream_seed(seed, ARM_KEYS["candidate"], *keys))
-            evidence.add(prompt, look, a, b)
-        drawn, done = size, look + 1
-        for name, result in evidence.evaluate().items():
-            hypotheses[name].update(result.pvalue, result.details)
-        flags, adj = holm([hypotheses[n].sequential_pvalue for n in names], alpha=alpha,
-                          weights=[weights[n] for n in names])
-        adjusted = dict(zip(names, map(float, adj)))
-        rejected = dict(zip(names, map(bool, flags)))
-        if any(rejected.values()):
-            stopped = f"rejected at look {done} of {len(sizes)}"
-            break
-        if look == plan.screen_look and not any(h.screening(look) for h in hypotheses.values()):
-            stopped = f"passed at look {done} of {len(sizes)} (nothing suspicious: futility stop)"
-            break
+    with track(f"distribution {setting.name} (at most)", 2 * prompts * sizes[-1]) as progress:
+        for look, size in enumerate(sizes):
+            _draw_look(baseline, candidate, evidence, progress, prompts=prompts, setting=setting, look=look,
+                       n=size - drawn, seed=seed)
+            drawn, done = size, look + 1
+            for name, result in evidence.evaluate().items():
+                hypotheses[name].update(result.pvalue, result.details)
+            flags, adj = holm([hypotheses[n].sequential_pvalue for n in names], alpha=alpha,
+                              weights=[weights[n] for n in names])
+            adjusted = dict(zip(names, map(float, adj)))
+            rejected = dict(zip(names, map(bool, flags)))
+            if any(rejected.values()):
+                stopped = f"rejected at look {done} of {len(sizes)}"
+                break
+            if look == plan.screen_look and not any(h.screening(look) for h in hypotheses.values()):
+                stopped = f"passed at look {done} of {len(sizes)} (nothing suspicious: futility stop)"
+                break
     return CheckResult(setting=setting, budget=budget, plan=plan, alpha=alpha, weights=weights, hypotheses=hypotheses,
                        adjusted=adjusted, rejected=rejected, look_sizes=sizes, looks_done=done, stopped=stopped,
                        evidence=evidence)
+
+
+def _draw_look(baseline: Arm, candidate: Arm, evidence: Evidence, progress, *, prompts: int,
+               setting: SamplingSetting, look: int, n: int, seed: int) -> None:
+    """One look: `n` fresh samples per prompt from each arm, on independent seed streams."""
+    for prompt in range(prompts):
+        keys = (setting_key(setting), prompt, look)
+        a = baseline.draw(prompt, setting, n, stream_seed(seed, ARM_KEYS["baseline"], *keys))
+        progress.advance(n)
+        b = candidate.draw(prompt, setting, n, stream_seed(seed, ARM_KEYS["candidate"], *keys))
+        progress.advance(n)
+        evidence.add(prompt, look, a, b)
 
 
 # ----------------------------------------------------------------------------------------- routes

@@ -53,6 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--samples-per-prompt", dest="samples_per_prompt", help="override the planner's samples per prompt")
     group.addoption("--seed", help="run seed for sampling arms and schedules (default 0)")
     group.addoption("--stress-requests", dest="stress_requests", help="requests per stressor (default: built-in budget)")
+    group.addoption("--progress", help="progress of long checks: auto (status line on a terminal, plain lines "
+                    "otherwise), tty, plain or off")
+    group.addoption("--progress-every", dest="progress_every",
+                    help="plain progress: at most one line per check every this many seconds (default 30)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +82,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(collector, "spec-suite-collector")
     config.stash[USAGE_KEY] = UsageErrors()
     config.pluginmanager.register(config.stash[USAGE_KEY], "spec-suite-usage-errors")
+    from spec_route_suite.progress import ProgressPlugin, ProgressSettings
+    settings = ProgressSettings.from_options(config.getoption("progress"), config.getoption("progress_every"))
+    config.pluginmanager.register(ProgressPlugin(config, settings), "spec-suite-progress")
     import torch  # deferred: option parsing and usage errors stay fast
     torch.set_num_threads(suite.torch_threads)
 

@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 
 from spec_route_suite.fixtures.routes.base import Completion, Request, Route
 from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.progress import track
 from spec_route_suite.reports.findings import Finding
 
 MAX_SUBMISSIONS = 20_000
@@ -112,6 +113,13 @@ class _Gauge:
 async def drive(route: Route, submissions: Sequence[Submission], *, concurrency: int,
                 request_timeout_s: float, deadline_s: float) -> LoadRun:
     """Send `submissions` in arrival order with at most `concurrency` in flight; never raises for route failures."""
+    with track(f"load at concurrency {concurrency}", len(submissions)) as progress:
+        return await _drive(route, submissions, concurrency=concurrency, request_timeout_s=request_timeout_s,
+                            deadline_s=deadline_s, progress=progress)
+
+
+async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency: int, request_timeout_s: float,
+                 deadline_s: float, progress) -> LoadRun:
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if len(submissions) > MAX_SUBMISSIONS:
@@ -121,10 +129,8 @@ async def drive(route: Route, submissions: Sequence[Submission], *, concurrency:
         raise ValueError("every submission needs a unique, non-empty request_id (outcomes are keyed by it)")
     loop = asyncio.get_running_loop()
     t0, wall0 = loop.time(), time.time()
-    gate = asyncio.Semaphore(concurrency)
     gauge = _Gauge(limit=concurrency)
     outcomes: dict[str, Outcome] = {}
-    tasks: list[asyncio.Task] = []
 
     async def one(sub: Submission) -> None:
         req = sub.request
@@ -135,13 +141,15 @@ async def drive(route: Route, submissions: Sequence[Submission], *, concurrency:
             timeout = req.timeout_s or request_timeout_s
             if sub.abort_after_s is not None and sub.abort_after_s < timeout:
                 try:
-                    completion = await asyncio.wait_for(route.generate(req), sub.abort_after_s)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(sub.abort_after_s):  # no task per request, unlike wait_for
+                        completion = await route.generate(req)
+                except TimeoutError:
                     kind, message = ABORTED, f"client disconnected after {sub.abort_after_s:.3f}s"
             else:
                 try:
-                    completion = await asyncio.wait_for(route.generate(req), timeout)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(timeout):
+                        completion = await route.generate(req)
+                except TimeoutError:
                     kind, message = "timeout", f"no answer within {timeout:.1f}s under load"
         except RouteError as exc:
             kind, message = exc.kind, exc.describe()
@@ -151,35 +159,38 @@ async def drive(route: Route, submissions: Sequence[Submission], *, concurrency:
             kind, message = "exception", f"{type(exc).__name__}: {exc}"
         finally:
             gauge.leave()
-            gate.release()
             outcomes[req.request_id] = Outcome(sub.key, req.request_id, completion, kind, message, start,
                                                loop.time() - t0, in_flight)
+            progress.advance()
 
-    unsent = 0
     ordered = sorted(submissions, key=lambda s: s.at_s)
-    for index, sub in enumerate(ordered):
-        delay = t0 + sub.at_s - loop.time()
-        if delay > 0:
-            await asyncio.sleep(min(delay, max(0.0, t0 + deadline_s - loop.time())))
-        remaining = t0 + deadline_s - loop.time()
-        if remaining <= 0:
-            unsent = len(ordered) - index
-            break
-        try:
-            await asyncio.wait_for(gate.acquire(), remaining)
-        except asyncio.TimeoutError:
-            unsent = len(ordered) - index
-            break
-        tasks.append(asyncio.ensure_future(one(sub)))
-    if tasks:
-        _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + deadline_s - loop.time()))
+    plan_iter = iter(ordered)
+    deadline = t0 + deadline_s
+
+    async def slot() -> None:
+        """One of `concurrency` slots: takes the next planned request when free, sends it at its arrival time.
+        Long-lived slots instead of a task per request: fewer loop turns, so the client never sets the pace."""
+        for sub in plan_iter:  # shared: the slots take requests in arrival order
+            delay = t0 + sub.at_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)  # the run deadline cancels this wait: the request stays unsent
+            if loop.time() >= deadline:
+                return
+            await one(sub)
+            if asyncio.current_task().cancelling():  # one() recorded the cancelled request; send no more
+                return
+
+    slots = [asyncio.ensure_future(slot()) for _ in range(min(concurrency, len(ordered)))]
+    if slots:
+        _, pending = await asyncio.wait(slots, timeout=max(0.0, deadline - loop.time()))
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5.0)
-        for task in tasks:
+        for task in slots:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # only ConcurrencyBreach gets here: one() catches route failures
+    unsent = len(ordered) - len(outcomes)
     ordered_outcomes = tuple(outcomes[s.request.request_id] for s in ordered if s.request.request_id in outcomes)
     return LoadRun(outcomes=ordered_outcomes, concurrency=concurrency, max_in_flight=gauge.peak,
                    wall_s=loop.time() - t0, started_at=wall0, unsent=unsent)

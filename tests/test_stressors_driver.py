@@ -64,6 +64,18 @@ def test_never_exceeds_the_concurrency_bound(concurrency, arrivals):
     assert all(o.in_flight_at_start <= concurrency for o in run.outcomes)
 
 
+@pytest.mark.parametrize("concurrency", [32, 256])
+def test_a_burst_reaches_the_bound_even_against_an_instant_route(concurrency):
+    """On a fast engine the driver, not the client, must set the load: a burst keeps `concurrency` in flight
+    (launching one request per loop turn once kept ~10 in flight at any level against an instant server)."""
+    route = CountingRoute(latency_s=0.0)
+    n = 4 * concurrency
+    run = asyncio.run(drive(route, plan(reqs(n), offsets=burst(n), tag="fast"), concurrency=concurrency,
+                            request_timeout_s=5, deadline_s=30))
+    assert len(run.completed) == n, run.describe()
+    assert run.max_in_flight == route.peak == concurrency, run.describe()
+
+
 def test_timeouts_hang_ups_and_failures_are_outcomes_not_exceptions():
     subs = plan(reqs(6), offsets=burst(6), tag="t", abort_after_s=[None, 0.02, None, None, None, None])
     route = CountingRoute(latency_s=0.2, hang_ids={"t-2-k2"}, fail_ids={"t-3-k3"})
