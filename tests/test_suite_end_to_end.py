@@ -17,10 +17,10 @@ TARGET = EMBEDDED_MODELS / "target"
 DRAFT = EMBEDDED_MODELS / "draft"
 
 
-def run_suite(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
+def run_suite(tmp_path: Path, *args: str, timeout: float = 600,
+              paths: tuple[str, ...] = ("equivalence/test_greedy.py",)) -> tuple[subprocess.CompletedProcess, dict]:
     report_dir = tmp_path / "out"
-    cmd = [sys.executable, "-m", "pytest", "equivalence/test_greedy.py", "-p", "no:cacheprovider",
-           "--report-dir", str(report_dir), *args]
+    cmd = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", "--report-dir", str(report_dir), *args]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     runs = sorted(report_dir.glob("*/report.json"))
     assert len(runs) == 1, f"expected one run folder in {report_dir}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
