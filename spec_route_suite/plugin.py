@@ -46,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="pin the near-tie margin tau in nats (default: from the A/A calibration)")
     group.addoption("--vllm", action="store_true", default=False,
                     help="self-tests: also run the vLLM-for-CPU integration tests (installs and starts servers)")
+    group.addoption("--llama-cpp", dest="llama_cpp", action="store_true", default=False,
+                    help="self-tests: also run the llama.cpp server integration tests (builds and starts servers)")
     group.addoption("--torch-threads", dest="torch_threads", help="torch threads per worker (default 1)")
     group.addoption("--concurrency", help="concurrency levels for stressors (default 1,8,32)")
     group.addoption("--alpha", help="family-wise false-alarm rate of the statistical tests (default 0.01)")

@@ -16,12 +16,9 @@ from typing import Mapping
 from urllib.parse import urlencode
 
 from spec_route_suite.fixtures.routes.base import Completion
-from spec_route_suite.fixtures.routes.spec import RouteSpec
+from spec_route_suite.fixtures.routes.spec import HTTP_KINDS, RouteSpec
 from spec_route_suite.stressors.canary import Workload
 from spec_route_suite.stressors.schedules import Schedule
-
-HTTP_KINDS = ("openai", "sglang")
-
 
 def route_uri(spec: RouteSpec) -> str:
     """A URI that rebuilds an in-process route (the spec's own source when it was given as one)."""

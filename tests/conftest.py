@@ -2,6 +2,8 @@
 
 It installs vLLM for CPU in its own venv and starts three servers (minutes of CPU), so the
 everyday `pytest tests` leaves it out; the real-engine stage asks for it explicitly.
+tests/test_llama_cpp.py is collected always: its unit-level tests run everywhere, and its tests
+against real llama.cpp servers skip, with the reason, unless `--llama-cpp` is given.
 """
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ def loop():
     from spec_route_suite.fixtures.routes.loop import BackgroundLoop
     with BackgroundLoop() as background:
         yield background
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_requested(pytestconfig: pytest.Config) -> bool:
+    return bool(pytestconfig.getoption("llama_cpp"))
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
