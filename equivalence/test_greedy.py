@@ -50,8 +50,7 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, fitted_
         findings.measure("comparison", check="greedy", prompt_id=prompt.id, route=candidate.name, **level)
     findings.cover("greedy", candidate.name, verified=True,
                    ran={"prompts": 1, "tokens compared": exposure(baseline=expected.token_ids,
-                                                                  candidate=actual.token_ids),
-                        **({"comparison": "text-level"} if is_text_level(expected, actual) else {})},
+                                                                  candidate=actual.token_ids)},
                    could_detect="any token or finish-reason difference from the baseline"
                                 + (" (text-level: equal text with other token boundaries is invisible)"
                                    if is_text_level(expected, actual) else ""))

@@ -110,7 +110,8 @@ def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[
     counts: dict[str, float] = {}
     for record in records:
         for name, value in record.ran.items():
-            counts[name] = counts.get(name, 0) + value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):   # counts add up; nothing else does
+                counts[name] = counts.get(name, 0) + value
     ran = _ran_text(counts, len(outcomes) or len(records))
     if outcomes and counts:
         ran += f" in {len(outcomes)} test(s)"

@@ -117,12 +117,15 @@ class FaultHandler(_Handler):
         self.request_seen = Request(prompt_ids=(0,), max_tokens=max_tokens if isinstance(max_tokens, int) else 16,
                                     request_id=request_id)
         self.shape = self.plan.pick(request_id, stream=payload.get("stream") is True)
-        self.rfile = io.BytesIO(raw)
+        connection_reader, self.rfile = self.rfile, io.BytesIO(raw)   # the parent reads the body again
         self.crowded = self.plan.enter() > 1
         try:
             super().do_POST()
         finally:
             self.plan.leave()
+            # Back to the socket: left on the spent BytesIO, the keep-alive loop would read EOF as the next
+            # request and drop the connection silently, and a client reusing it would see a disconnect.
+            self.rfile = connection_reader
 
     def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
         damage = BODY_SHAPES.get(getattr(self, "shape", None) or "")

@@ -161,18 +161,19 @@ def run_suite(tmp_path: Path, *args: str, timeout: float = 900) -> tuple[subproc
 def small_server():
     """The reference engine served with max_model_len 192; `engine.refused` lists what it refused."""
     engine = build_engine(f"reference:?max_context={SMALL_CONTEXT}", model_name="tiny", base=ROOT)
-    httpd = make_server(engine)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield engine, f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny"
-    httpd.shutdown()
-    httpd.server_close()
+    servers = [make_server(engine) for _ in range(2)]   # two endpoints: a candidate may not be the baseline's own
+    for httpd in servers:
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    yield engine, *(f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny" for httpd in servers)
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
     engine.close()
 
 
 def test_server_refuses_and_records_an_over_long_request(small_server, ours):
     """Control: without fitting, a long prompt is refused (HTTP 400) and recorded."""
-    engine, uri = small_server
+    engine, uri, _ = small_server
     prompt = encode_prompt(ours, suite_prompts(("long",), 1)[0].text)
     base_url = uri.removeprefix("openai:").split("?")[0]
     answer = httpx.post(f"{base_url}/completions", json={"model": "tiny", "prompt": list(prompt), "max_tokens": 64,
@@ -184,11 +185,11 @@ def test_server_refuses_and_records_an_over_long_request(small_server, ours):
 
 
 def test_small_context_route_gets_no_request_it_must_refuse(tmp_path, small_server):
-    engine, uri = small_server
+    engine, uri, other_uri = small_server
     result, report = run_suite(
         tmp_path, "-n", "2", "equivalence/test_greedy.py", "equivalence/test_boundaries.py",
         "equivalence/test_logprobs.py", "stressors/test_mixing.py",
-        "--baseline", uri, "--candidate", uri, "--categories", "long,chat", "--prompt-limit", "2",
+        "--baseline", uri, "--candidate", other_uri, "--categories", "long,chat", "--prompt-limit", "2",
         "--concurrency", "1,4", "--stress-requests", "24")
     assert engine.refused == [], engine.refused[:3]
     assert report is not None, result.stdout[-3000:] + result.stderr[-3000:]

@@ -309,3 +309,13 @@ def test_cached_prompt_tokens_are_read_from_usage():
     from spec_route_suite.fixtures.routes.openai import cached_tokens
     assert cached_tokens({"usage": {"prompt_tokens_details": {"cached_tokens": 12}}}) == 12
     assert cached_tokens({"usage": {"prompt_tokens": 30}}) is None and cached_tokens({"usage": None}) is None
+
+
+def test_a_non_numeric_ran_value_never_breaks_the_report():
+    """`ran` values are counts to add up; a label put there by a check must not crash the report writer."""
+    from spec_route_suite.reports.coverage import CoverageRecord, coverage_rows
+    records = [CoverageRecord(check="greedy", route="c", verified=True, ran={"prompts": 1, "mode": "text-level"}),
+               CoverageRecord(check="greedy", route="c", verified=True, ran={"prompts": 2})]
+    rows = [r for r in coverage_rows(records=[r.as_measurement() for r in records], outcomes=[], candidates=["c"])
+            if r.check == "greedy"]
+    assert "3 prompts" in rows[0].ran and "text-level" not in rows[0].ran
