@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from urllib.parse import urlencode
 
 from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.spec import HTTP_KINDS
 
 CONCURRENT_ATTEMPTS = 100
 
@@ -25,11 +26,15 @@ CONCURRENT_ATTEMPTS = 100
 def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]] | None,
                 actual: Sequence[Sequence[int]] | None, concurrency: int = 1, note: str = "",
                 base_url: str | None = None, model: str | None = None,
-                attempts: int | None = None) -> dict[str, Any]:
+                attempts: int | None = None, wire: Sequence[tuple[str, dict] | None] | None = None,
+                expected_text: Sequence[str] | None = None) -> dict[str, Any]:
     """What a repro script needs to resend the failing request(s) and judge the answer.
 
     `base_url` / `model`: where an in-process route was served over HTTP (its repro is then
-    python + httpx); `attempts`: replays of the whole set (default 1, or CONCURRENT_ATTEMPTS when concurrent).
+    python + httpx); `attempts`: replays of the whole set (default 1, or CONCURRENT_ATTEMPTS when concurrent);
+    `wire`: the (url, body) the route's adapter sent per request (RouteHandle.wire_request), so the script
+    speaks the engine's own endpoint; `expected_text`: what the script compares when the server returns
+    no token ids (a text-level route).
     """
     block = {
         "requests": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()} for r in requests],
@@ -38,7 +43,10 @@ def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]
         "concurrency": concurrency,
         "note": note,
     }
-    extra = {"base_url": base_url, "model": model, "attempts": attempts}
+    if wire is not None and all(w is not None for w in wire):
+        block["wire"] = [{"url": url, "body": body} for url, body in wire]   # type: ignore[misc]
+    extra = {"base_url": base_url, "model": model, "attempts": attempts,
+             "expected_text": list(expected_text) if expected_text is not None else None}
     return {**block, **{k: v for k, v in extra.items() if v is not None}}
 
 
@@ -65,49 +73,68 @@ HTTP_TEMPLATE = '''#!/usr/bin/env python3
 """Repro for: {title}
 
 Route: {route_desc}
-Sends the exact request(s) {how} and compares the returned token ids with the expected ones,
-replaying the whole set up to ATTEMPTS times (a mixing failure under concurrency is intermittent).
+Sends the exact request(s) {how} and compares the returned token ids with the expected ones (the
+text, when the server returns no token ids), replaying the whole set up to ATTEMPTS times (a mixing
+failure under concurrency is intermittent).
 Needs only python3 and httpx (pip install httpx).
 Exit code 1 as soon as one replay reproduces the failure, 0 if none did, 2 if a request failed.
 """
 import asyncio, json, os, sys
 import httpx
 
-BASE_URL = os.environ.get("REPRO_BASE_URL", {base_url!r})
+SUITE_BASE_URL = {base_url!r}
+BASE_URL = os.environ.get("REPRO_BASE_URL", SUITE_BASE_URL)
 API_KEY_ENV = {api_key_env!r}
-PAYLOADS = json.loads({payloads!r})
+REQUESTS = json.loads({wire!r})   # [{{"url": ..., "body": ...}}]: what the suite sent, verbatim
 EXPECTED = json.loads({expected!r})
+EXPECTED_TEXT = json.loads({expected_text!r})
 CONCURRENCY = {concurrency}
 ATTEMPTS = {attempts}
 
 
-async def send(client, payload):
-    response = await client.post(BASE_URL + "/completions", json=payload)
+def answer(body):
+    """(token ids or None, text) from an OpenAI-style, SGLang or llama.cpp /completion answer."""
+    if isinstance(body, list):
+        body = body[0]
+    choice = (body.get("choices") or [body])[0]
+    ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or body.get("output_ids")
+    text = choice.get("text", choice.get("content", body.get("text", "")))
+    return ids, text
+
+
+async def send(client, request):
+    url = BASE_URL + request["url"][len(SUITE_BASE_URL):] if request["url"].startswith(SUITE_BASE_URL) else request["url"]
+    response = await client.post(url, json=request["body"])
     response.raise_for_status()
-    choice = response.json()["choices"][0]
-    return choice.get("token_ids") or choice.get("output_ids") or []
+    return answer(response.json())
 
 
 async def replay(client):
     gate = asyncio.Semaphore(CONCURRENCY)
-    async def one(payload):
+    async def one(request):
         async with gate:
-            return await send(client, payload)
-    return await asyncio.gather(*(one(p) for p in PAYLOADS))
+            return await send(client, request)
+    return await asyncio.gather(*(one(r) for r in REQUESTS))
 
 
 def compare(results, verbose):
     failures = 0
-    for index, (got, want) in enumerate(zip(results, EXPECTED or [None] * len(results))):
-        same = want is None or list(got) == list(want)
+    for index, (ids, text) in enumerate(results):
+        want_ids = EXPECTED[index] if EXPECTED and ids else None
+        want_text = EXPECTED_TEXT[index] if EXPECTED_TEXT and want_ids is None else None
+        got, want = (list(ids), want_ids) if want_ids is not None else (text, want_text)
+        if want is None and not ids and EXPECTED:
+            print(f"request {{index}}: the server returned no token ids and no expected text is on record")
+            sys.exit(2)
+        same = want is None or got == want
         failures += not same
         if verbose or not same:
-            print(f"request {{index}}: {{'OK' if same else 'MISMATCH'}}")
+            print(f"request {{index}}: {{'OK' if same else 'MISMATCH'}}" + ("" if want_ids is not None else " (text)"))
         if not same:
             split = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            print(f"  first difference at token {{split}}")
-            print(f"  expected: {{want}}")
-            print(f"  actual:   {{list(got)}}")
+            print(f"  first difference at {{'token' if want_ids is not None else 'character'}} {{split}}")
+            print(f"  expected: {{want!r}}")
+            print(f"  actual:   {{got!r}}")
     return failures
 
 
@@ -121,7 +148,7 @@ async def main():
                 print(f"attempt {{attempt}}: a request failed ({{type(exc).__name__}}: {{exc}}); nothing to compare")
                 sys.exit(2)
             failures = compare(results, verbose=ATTEMPTS == 1)
-            print(f"attempt {{attempt}} of {{ATTEMPTS}}: {{failures}} of {{len(results)}} requests differ from the expected tokens")
+            print(f"attempt {{attempt}} of {{ATTEMPTS}}: {{failures}} of {{len(results)}} requests differ from the expected output")
             if failures:
                 print(f"REPRODUCED on attempt {{attempt}}")
                 sys.exit(1)
@@ -273,21 +300,24 @@ def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str,
     concurrency = repro.get("concurrency", 1)
     how = "concurrently (at most {0} in flight)".format(concurrency) if concurrency > 1 else "one at a time"
     served = spec["kind"] in ("reference", "hf") and bool(repro.get("base_url"))
-    if spec["kind"] in ("openai", "sglang") or served:
+    if spec["kind"] in HTTP_KINDS or served:
         base_url = repro["base_url"] if served else spec["base_url"]
         model = (repro.get("model") or spec["model"]) if served else spec["model"]
         if served:
             route_desc += (f", served over HTTP: start it with `python -m spec_route_suite.fixtures.servers.inprocess "
                            f"--route '{_route_uri(spec)}' --port PORT` and set REPRO_BASE_URL")
-        payloads = [_openai_payload(r, model) for r in repro["requests"]]
+        wire = repro.get("wire") or [{"url": f"{base_url}/completions", "body": _openai_payload(r, model)}
+                                     for r in repro["requests"]]
         script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how,
                                       base_url=base_url, api_key_env=spec.get("api_key_env"),
-                                      payloads=json.dumps(payloads), expected=expected,
+                                      wire=json.dumps(wire), expected=expected,
+                                      expected_text=json.dumps(repro.get("expected_text")),
                                       concurrency=concurrency, attempts=_attempts(repro))
         auth = f' -H "Authorization: Bearer ${spec["api_key_env"]}"' if spec.get("api_key_env") else ""
-        curl = "\n".join(f"curl -s {base_url}/completions -H 'Content-Type: application/json'{auth} "
-                         f"-d '{json.dumps(p)}'" for p in payloads[:20])
-        return script, "#!/bin/sh\n# Resend the failing request(s); compare choices[0].token_ids with the expected ids\n" + curl + "\n"
+        curl = "\n".join(f"curl -s {w['url']} -H 'Content-Type: application/json'{auth} "
+                         f"-d '{json.dumps(w['body'])}'" for w in wire[:20])
+        return script, ("#!/bin/sh\n# Resend the failing request(s); compare the returned token ids (or text) with the "
+                        "expected ones\n" + curl + "\n")
     if spec["kind"] == "hf":
         script = HF_TEMPLATE.format(title=finding["title"], route_desc=route_desc, model=spec["model"],
                                     draft=spec.get("draft"), num_assistant_tokens=spec.get("num_assistant_tokens") or 4,

@@ -12,13 +12,15 @@ Environment: the generated script reads only that API key variable.
 from __future__ import annotations
 
 import pprint
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import urlencode
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.spec import HTTP_KINDS, RouteSpec
 from spec_route_suite.stressors.canary import Workload
 from spec_route_suite.stressors.schedules import Schedule
+
+WireBuilder = Callable[[Request], "tuple[str, dict] | None"]
 
 def route_uri(spec: RouteSpec) -> str:
     """A URI that rebuilds an in-process route (the spec's own source when it was given as one)."""
@@ -38,23 +40,33 @@ def route_uri(spec: RouteSpec) -> str:
 
 
 def replay_payload(*, schedule: Schedule, workload: Workload, references: Mapping[str, Completion],
-                   max_tokens: int) -> dict:
-    """The data the script embeds: every step with its prompt ids and expected output."""
+                   max_tokens: int, wire: WireBuilder | None = None) -> dict:
+    """The data the script embeds: every step with its prompt ids and expected output (and, with `wire`,
+    the url and body the route's adapter sends for it)."""
     steps = []
     for n, step in enumerate(schedule.steps):
         item = workload.items[step.item % len(workload.items)]
         ref = references[item.key]
-        steps.append({"n": n, "key": item.key, "gap_ms": step.gap_ms, "abort_ms": step.abort_ms,
-                      "prompt_ids": list(item.prompt_ids), "expected_ids": list(ref.token_ids),
-                      "expected_text": ref.text})
+        entry = {"n": n, "key": item.key, "gap_ms": step.gap_ms, "abort_ms": step.abort_ms,
+                 "prompt_ids": list(item.prompt_ids), "expected_ids": list(ref.token_ids),
+                 "expected_text": ref.text}
+        sent = wire(Request(prompt_ids=item.prompt_ids, max_tokens=max_tokens, temperature=0.0,
+                            request_id=f"replay-{n}")) if wire is not None else None
+        if sent is not None:
+            entry["wire"] = {"url": sent[0], "body": sent[1]}
+        steps.append(entry)
     return {"concurrency": schedule.concurrency, "max_tokens": max_tokens, "steps": steps}
 
 
 def replay_script(*, title: str, schedule: Schedule, workload: Workload, references: Mapping[str, Completion],
-                  spec: RouteSpec, max_tokens: int, repeats: int = 200, route_factory: str | None = None) -> str:
-    """Python source of the repro. `route_factory` ("module:callable") overrides the URI for test doubles."""
+                  spec: RouteSpec, max_tokens: int, repeats: int = 200, route_factory: str | None = None,
+                  wire: WireBuilder | None = None) -> str:
+    """Python source of the repro. `route_factory` ("module:callable") overrides the URI for test doubles;
+    `wire` (RouteHandle.wire_request) gives each step the exact url and body the route's adapter sends, so the
+    script speaks the engine's own endpoint (llama.cpp's /completion, SGLang's /generate)."""
     payload = pprint.pformat(replay_payload(schedule=schedule, workload=workload, references=references,
-                                            max_tokens=max_tokens), width=120, compact=True, sort_dicts=False)
+                                            max_tokens=max_tokens, wire=wire),
+                             width=120, compact=True, sort_dicts=False)
     header = _HEADER.format(title=title.replace('"""', "'''"), described=schedule.describe(workload),
                             repeats=repeats)
     if spec.kind in HTTP_KINDS:
@@ -116,7 +128,8 @@ class Client:
 '''
 
 _HTTP = '''KIND = {kind!r}
-BASE_URL = {base_url!r}
+SUITE_BASE_URL = {base_url!r}
+BASE_URL = os.environ.get("REPRO_BASE_URL", SUITE_BASE_URL)
 MODEL = {model!r}
 API_KEY_ENV = {api_key_env!r}
 
@@ -131,6 +144,16 @@ class Client:
 
     async def generate(self, step, tag):
         n = SCHEDULE["max_tokens"]
+        if "wire" in step:  # the exact request the suite's adapter sent, to the engine's own endpoint
+            url = step["wire"]["url"]
+            r = await self.http.post(BASE_URL + url[len(SUITE_BASE_URL):] if url.startswith(SUITE_BASE_URL) else url,
+                                     json=step["wire"]["body"])
+            r.raise_for_status()
+            data = r.json()
+            data = data[0] if isinstance(data, list) else data
+            choice = (data.get("choices") or [data])[0]
+            ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or data.get("output_ids")
+            return ids, choice.get("text", choice.get("content", data.get("text", "")))
         if KIND == "sglang":
             root = BASE_URL[:-3] if BASE_URL.endswith("/v1") else BASE_URL
             body = {{"input_ids": step["prompt_ids"], "sampling_params": {{"max_new_tokens": n, "temperature": 0}},

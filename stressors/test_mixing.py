@@ -142,7 +142,7 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
              f"request's context ({per_level}); e.g. {first.victim_key} got {first.source_key}'s content{suffix}")
     repro_subs = shrunk.schedule.submissions(workload, max_tokens=stress_max_tokens, tag="repro")
     script = replay_script(title=title, schedule=shrunk.schedule, workload=workload, references=refs,
-                           spec=candidate.spec, max_tokens=stress_max_tokens)
+                           spec=candidate.spec, max_tokens=stress_max_tokens, wire=candidate.wire_request)
     findings.add(Finding(
         check="mixing", severity="bug", route=candidate.name, prompt_id=first.victim_key, title=title,
         details={**details, "contamination_matrix": total.matrix_rows(),
@@ -155,6 +155,8 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                  "replay": {"filename": f"replay_mixing_{candidate.name}.py", "script": script},
                  "repro": repro_block(requests=[sub.request for sub in repro_subs],
                                       expected=[refs[sub.key].token_ids for sub in repro_subs], actual=None,
+                                      wire=[candidate.wire_request(sub.request) for sub in repro_subs],
+                                      expected_text=[refs[sub.key].text for sub in repro_subs],
                                       concurrency=shrunk.schedule.concurrency,
                                       note="one pass of the schedule; details.replay loops it with its arrival gaps")}))
     pytest.fail(f"candidate '{candidate.name}' mixed requests under load: {title}\n"

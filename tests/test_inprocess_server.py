@@ -220,6 +220,41 @@ def test_http_repro_reproduces_only_against_the_faulty_engine(tmp_path, correct,
     assert down.returncode == 2, down.stdout + down.stderr
 
 
+def test_http_repro_compares_text_when_the_server_returns_no_token_ids(tmp_path, prompts):
+    """A gateway without token ids: the script judges the text (an id comparison would call every answer
+    of a correct server a mismatch), and still tells the faulty engine from the correct one."""
+    correct, stop_correct = serve_in_thread("reference:", base=ROOT, token_ids="none")
+    faulty, stop_faulty = serve_in_thread(FAULTY, base=ROOT, token_ids="none")
+    try:
+        model = served_model(correct)
+        bodies = [payload(prompts[n], model) for n in chat_ids(prompts)]
+        texts = [httpx.post(f"{correct}/completions", json=b, timeout=120).json()["choices"][0]["text"] for b in bodies]
+        assert all(texts), "the text-level server answered with empty texts"
+        script = mixing_repro(prompts, "http://127.0.0.1:9/v1", model, [[0]] * len(bodies), attempts=3,
+                              expected_text=texts)
+        good = run_script(tmp_path, script, correct)
+        assert good.returncode == 0, good.stdout + good.stderr
+        bad = run_script(tmp_path, script, faulty)
+        assert bad.returncode == 1 and "MISMATCH (text)" in bad.stdout, bad.stdout + bad.stderr
+    finally:
+        stop_correct()
+        stop_faulty()
+
+
+def test_http_repro_resends_what_the_adapter_sent_to_the_engines_own_endpoint():
+    """A llama.cpp route's repro posts the adapter's own /completion body, not an OpenAI payload."""
+    req = Request(prompt_ids=(1, 2, 3), max_tokens=4, request_id="r1")
+    spec = parse_route_uri("candidate", "llama-cpp:http://h:3?model=m", base=ROOT)
+    route = build_route(spec)
+    block = repro_block(requests=[req], expected=[[5, 6]], actual=None, wire=[route.wire_request(req)],
+                        expected_text=["x"])
+    finding = {"title": "t", "route": "candidate", "check": "mixing"}
+    script, curl = render_repro(finding, block, spec.public_dict())
+    compile(script, "llama_repro.py", "exec")
+    assert "http://h:3/completion " in curl and '"n_predict": 4' in curl and '"return_tokens": true' in curl
+    assert "from spec_route_suite" not in script
+
+
 def test_repro_template_choice_and_attempt_defaults():
     req = Request(prompt_ids=(1, 2), max_tokens=4, temperature=0.7, top_k=0)
     finding = {"title": "t", "route": "candidate", "check": "mixing"}

@@ -247,3 +247,28 @@ def test_draft_model_without_speculation_is_reported_as_speculation_did_not_run(
     verdict, reason = verdict_of(failed=0, bug_findings=0, error_findings=0, not_verified=0, complete=True,
                                  problems=problems)
     assert verdict == "wait" and "speculation did not run on `draft_no_spec`" in reason
+
+
+def test_repro_script_resends_the_native_request_and_judges_the_real_server(handles, prompts, tmp_path):
+    """A finding's repro against llama.cpp posts the adapter's own /completion body and reads `tokens`:
+    the server's serial answer passes, a wrong expectation is reported as reproduced."""
+    import subprocess
+    import sys
+    from spec_route_suite.reports.repro import render_repro, repro_block
+    _, ids = prompts
+    handle = handles["draft_simple"]
+    req = Request(prompt_ids=ids[0], max_tokens=16, request_id="repro-native")
+    serial = handle.generate(req)
+    assert serial.token_ids, serial
+    finding = {"title": "t", "route": "draft_simple", "check": "mixing"}
+    outcomes = {}
+    for name, expected in (("same", list(serial.token_ids)), ("wrong", list(serial.token_ids[:-1]) + [0])):
+        block = repro_block(requests=[req], expected=[expected], actual=None, wire=[handle.wire_request(req)],
+                            expected_text=[serial.text])
+        script, _ = render_repro(finding, block, handle.spec.public_dict())
+        (tmp_path / f"{name}.py").write_text(script)
+        outcomes[name] = subprocess.run([sys.executable, str(tmp_path / f"{name}.py")], capture_output=True,
+                                        text=True, timeout=120)
+    assert outcomes["same"].returncode == 0, outcomes["same"].stdout + outcomes["same"].stderr
+    assert outcomes["wrong"].returncode == 1 and f"first difference at token {len(serial.token_ids) - 1}" in outcomes["wrong"].stdout, \
+        outcomes["wrong"].stdout + outcomes["wrong"].stderr

@@ -10,7 +10,9 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, find, given, settings
@@ -153,7 +155,12 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                 ids = list(splice(tuple(ids), tuple(others[0])))
             text = oracle_answer(TOK.decode(ids))
             out = TOK(text)["input_ids"] + [2]
-            data = json.dumps({"choices": [{"text": text, "token_ids": out[:body["max_tokens"]]}]}).encode()
+            if self.path.endswith("/completion"):   # llama.cpp's native endpoint: ids only with return_tokens
+                native = {"content": text, "stop_type": "eos"}
+                data = json.dumps({**native, "tokens": out[:body["n_predict"]]} if body.get("return_tokens")
+                                  else native).encode()
+            else:
+                data = json.dumps({"choices": [{"text": text, "token_ids": out[:body["max_tokens"]]}]}).encode()
         finally:
             with self.lock:
                 self.in_flight.remove(list(body["prompt"]))
@@ -167,19 +174,37 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def fake_server(mixing: bool) -> Iterator[str]:
+    """The oracle served over HTTP (mixing or not) on a free port; yields http://127.0.0.1:PORT."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (FakeOpenAI,), {"mixing": mixing, "in_flight": []}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
 @pytest.mark.parametrize("mixing, code", [(True, 1), (False, 0)])
 def test_http_replay_script_needs_only_httpx(tmp_path, mixing, code):
-    handler = type("Handler", (FakeOpenAI,), {"mixing": mixing, "in_flight": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        spec = RouteSpec(name="candidate", kind="openai", model="fake",
-                         base_url=f"http://127.0.0.1:{server.server_address[1]}/v1")
+    with fake_server(mixing) as root:
+        spec = RouteSpec(name="candidate", kind="openai", model="fake", base_url=f"{root}/v1")
         script = replay_script(title="http mix", schedule=MINIMAL, workload=WORKLOAD, references=REFS, spec=spec,
                                max_tokens=64, repeats=2)
         assert "spec_route_suite" not in script and "import fixtures" not in script and "from fixtures" not in script
         done = run_script(tmp_path, script)
         assert done.returncode == code, done.stdout + done.stderr
-    finally:
-        server.shutdown()
+
+
+@pytest.mark.parametrize("mixing, code", [(True, 1), (False, 0)])
+def test_llama_cpp_replay_script_resends_the_adapters_native_request(tmp_path, mixing, code):
+    """The script posts what LlamaCppRoute sent (/completion, n_predict, return_tokens), not an OpenAI body to a
+    path llama.cpp answers in its own shape."""
+    from spec_route_suite.fixtures.routes.registry import build_route
+    with fake_server(mixing) as root:
+        spec = RouteSpec(name="candidate", kind="llama-cpp", model="fake", base_url=root)
+        script = replay_script(title="llama mix", schedule=MINIMAL, workload=WORKLOAD, references=REFS, spec=spec,
+                               max_tokens=64, repeats=2, wire=build_route(spec).wire_request)
+        assert "/completion'" in script and "'n_predict': 64" in script and "spec_route_suite" not in script
+        done = run_script(tmp_path, script)
+        assert done.returncode == code, done.stdout + done.stderr
