@@ -73,7 +73,7 @@ def _unique(texts: Iterable[str]) -> str:
     return "; ".join(seen)
 
 
-def _route_of(nodeid: str, candidates: Sequence[str]) -> str:
+def route_of_test(nodeid: str, candidates: Sequence[str]) -> str:
     """The candidate a test ran on, from its parameter id (`[candidate-math-00]`, `[T1.0-candidate]`)."""
     params = f"-{nodeid.partition('[')[2].rstrip(']')}-"
     matches = [c for c in candidates if f"-{c}-" in params]
@@ -92,7 +92,7 @@ def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[An
     routes_of_tests = {raw.get("test_id"): raw.get("route") for raw in records}
     tests: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for outcome in outcomes:
-        route = routes_of_tests.get(outcome.nodeid) or _route_of(outcome.nodeid, candidates)
+        route = routes_of_tests.get(outcome.nodeid) or route_of_test(outcome.nodeid, candidates)
         tests[(outcome.check, route)].append(outcome)
     rows: list[CoverageRow] = []
     for family in FAMILIES:
@@ -134,11 +134,12 @@ def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[
                        f"{passed} test(s) passed" + (f" ({skipped})" if skipped else ""))
 
 
-def coverage_gaps(rows: Sequence[CoverageRow]) -> list[str]:
-    """Families covered on no candidate, each with its reason: what keeps the run from "adopt"."""
+def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list[str]:
+    """Families covered on no candidate (or, given `route`, not on that candidate), each with its reason:
+    what keeps the run (or that route) from "adopt"."""
     gaps, absent = [], []
     for family in FAMILIES:
-        mine = [r for r in rows if r.check == family]
+        mine = [r for r in rows if r.check == family and (route is None or r.route in (route, ANY_ROUTE))]
         if any(r.covers for r in mine) or any(r.status == FAILED for r in mine):
             continue
         if not mine or all(r.status == NOT_RUN for r in mine):

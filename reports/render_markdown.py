@@ -10,12 +10,22 @@ from spec_route_suite.reports.coverage import COLUMNS, table_cells
 MAX_FINDINGS_SHOWN = 50
 
 
+def _route_verdicts(report: dict[str, Any]) -> list[str]:
+    """With several candidates, each one's own verdict: a route is promoted on its own evidence."""
+    verdicts = report.get("route_verdicts") or {}
+    if len(verdicts) < 2:
+        return []
+    rows = [f"| `{name}` | **{v['verdict'].upper()}** | {v['reason']} |" for name, v in verdicts.items()]
+    return ["| candidate | verdict | why |", "|---|---|---|", *rows, ""]
+
+
 def render_summary(report: dict[str, Any]) -> str:
     lines = [
         f"# Route qualification: **{report['verdict'].upper()}**",
         "",
         f"{report['verdict_reason']}.",
         "",
+        *_route_verdicts(report),
         f"Run `{report['run_id']}`, {report['duration_s']} s"
         + ("" if report["complete"] else " — **INCOMPLETE**: interrupted or a worker crashed; results are partial"),
         "",

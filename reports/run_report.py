@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_problems, speculation_status,
                                                    summed_worker_profile)
 from spec_route_suite.reports.collector import RunCollector
-from spec_route_suite.reports.coverage import coverage_gaps, coverage_rows, table_dicts
+from spec_route_suite.reports.coverage import ANY_ROUTE, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
 
 NOT_VERIFIED_PREFIX = "not verified"
@@ -52,7 +52,6 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     received = len(collector.findings)
     complete = not collector.interrupted and not collector.crashed_workers and recorded == received
     baseline_name = (collector.config_public.get("baseline") or {}).get("name")
-    about_baseline = [f for f in collector.findings if f.route == baseline_name and f.severity == "bug"]
     bug_findings = sum(1 for f in collector.findings if f.severity == "bug" and f.route != baseline_name)
     error_findings = sum(1 for f in collector.findings if f.severity == "error")
     context = route_context(collector)
@@ -66,17 +65,14 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
                       "reason": f"{NOT_VERIFIED_PREFIX}: whether speculation ran on `{s['route']}`: {s['reason']}"}
                      for s in unknown]
     warnings = [p["warning"] for p in context["parity"] if p["warning"]]
-    gaps = [*coverage_gaps(coverage), *prompt_set_gaps(collector.config_public),
-            *(f"speculation not proven on `{s['route']}` ({s['reason']})" for s in unknown),
-            *evidence_warnings(collector.findings, baseline_name=baseline_name),
-            *(f"baseline parity: {w}" for w in warnings)]
-    if about_baseline:
-        gaps.append(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
-                    f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the candidate "
-                    f"is judged against is not trustworthy there")
+    gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name)
     verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
                                  error_findings=error_findings, not_verified=0,  # skips reach it as coverage gaps
                                  complete=complete, problems=problems, gaps=gaps)
+    per_route = {name: route_verdict(collector, name, candidates, coverage=coverage, context=context,
+                                     complete=complete, baseline_name=baseline_name, outcomes=outcomes)
+                 for name in candidates}
+    verdict, reason = headline_verdict((verdict, reason), per_route)
     return collector.redact.data({
         "run_id": collector.run_id,
         "started_unix": collector.started,
@@ -87,6 +83,7 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "crashed_workers": collector.crashed_workers,
         "verdict": verdict,
         "verdict_reason": reason,
+        "route_verdicts": per_route,
         "config": collector.config_public,
         "counts": dict(counts),
         "checks": {check: dict(c) for check, c in sorted(per_check.items())},
@@ -104,6 +101,60 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
                            else [])}),
         **context,
     })
+
+
+def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *, baseline_name: str | None,
+                  route: str | None = None) -> list[str]:
+    """What keeps the run (or, given `route`, that candidate) from "adopt" though everything that ran passed:
+    uncovered families, a partial prompt set, unproven speculation, weakening warnings, parity, baseline findings."""
+    def ours(name: str | None) -> bool:
+        return route is None or name in (route, baseline_name)
+    unknown = [s for s in context["speculation"] if s["status"] == UNKNOWN and ours(s["route"])]
+    warnings = [p["warning"] for p in context["parity"] if p["warning"] and ours(p["route"])]
+    about_baseline = [f for f in collector.findings if f.route == baseline_name and f.severity == "bug"]
+    gaps = [*coverage_gaps(coverage, route=route), *prompt_set_gaps(collector.config_public),
+            *(f"speculation not proven on `{s['route']}` ({s['reason']})" for s in unknown),
+            *evidence_warnings([f for f in collector.findings if ours(f.route)], baseline_name=baseline_name),
+            *(f"baseline parity: {w}" for w in warnings)]
+    if about_baseline:
+        gaps.append(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
+                    f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the candidate "
+                    f"is judged against is not trustworthy there")
+    return gaps
+
+
+VERDICT_ORDER = ("adopt", "pilot", "wait", "avoid")
+
+
+def route_verdict(collector: RunCollector, name: str, candidates: Sequence[str], *, coverage,
+                  context: dict[str, Any], complete: bool, baseline_name: str | None,
+                  outcomes: Sequence[Any]) -> dict[str, str]:
+    """One candidate's verdict on its own evidence: a family verified on another candidate (a batching engine
+    beside a serial one) does not make this one "adopt". What concerns the baseline or no particular route
+    (its findings, failed tests, route errors) counts for every candidate."""
+    shared = (baseline_name, None, "", ANY_ROUTE)
+    errors = sum(1 for f in collector.findings if f.severity == "error" and f.route in (name, *shared))
+    failed = sum(1 for o in outcomes if o.outcome in ("failed", "error")
+                 and route_of_test(o.nodeid, candidates) in (name, ANY_ROUTE))
+    problems = speculation_problems([s for s in context["speculation"] if s["route"] == name]) + baseline_problems(
+        baseline_name, context["acceptance"].get(baseline_name))
+    verdict, reason = verdict_of(
+        failed=failed, bug_findings=sum(1 for f in collector.findings if f.severity == "bug" and f.route == name),
+        error_findings=errors, not_verified=0, complete=complete, problems=problems,
+        gaps=evidence_gaps(collector, coverage, context, baseline_name=baseline_name, route=name))
+    return {"verdict": verdict, "reason": reason}
+
+
+def headline_verdict(run: tuple[str, str], per_route: dict[str, dict[str, str]]) -> tuple[str, str]:
+    """The headline never says more than the weakest candidate earned: when a candidate's own verdict is worse
+    than the run's, the headline takes it and names every candidate's verdict."""
+    worst = max([run[0], *(v["verdict"] for v in per_route.values())], key=VERDICT_ORDER.index)
+    if worst == run[0]:
+        return run
+    if len(per_route) == 1:
+        return worst, next(iter(per_route.values()))["reason"]
+    return worst, ("candidates differ (" + ", ".join(f"`{name}` {v['verdict']}" for name, v in per_route.items())
+                   + "): each route's verdict and reason are listed below")
 
 
 def prompt_set_gaps(config: dict[str, Any]) -> list[str]:

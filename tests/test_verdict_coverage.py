@@ -70,13 +70,30 @@ def test_a_serialising_route_gets_stressors_not_verified_and_pilot(tmp_path):
         assert f"{family} not verified" in report["verdict_reason"]
 
 
-def test_a_family_verified_on_another_candidate_is_covered(tmp_path):
-    """The default pair: hf serialises, the batching engine verifies the stressors for the run."""
+def test_each_candidate_is_judged_on_its_own_evidence(tmp_path):
+    """The default pair: hf serialises, the batching engine verifies the stressors. The batching route earns
+    adopt; the serial one does not borrow its coverage, and the headline never says more than it earned."""
     records = serialised("hf") + [CoverageRecord(check=f, route="batched", verified=True) for f in STRESSOR_FAMILIES]
     report = build_run_report(collector(tmp_path, records=records, candidates=("hf", "batched")))
-    assert report["verdict"] == "adopt", report["verdict_reason"]
     rows = {(r["check"], r["route"]): r["status"] for r in report["coverage"]}
     assert rows[("mixing", "hf")] == "not verified" and rows[("mixing", "batched")] == "verified"
+    assert report["route_verdicts"]["batched"]["verdict"] == "adopt", report["route_verdicts"]
+    hf = report["route_verdicts"]["hf"]
+    assert hf["verdict"] == "pilot" and "mixing not verified" in hf["reason"] and "batched" not in hf["reason"]
+    assert report["verdict"] == "pilot" and "`hf` pilot, `batched` adopt" in report["verdict_reason"]
+    summary = render_summary(report)
+    assert "| `hf` | **PILOT** |" in summary and "| `batched` | **ADOPT** |" in summary
+    alone = build_run_report(collector(tmp_path, records=[CoverageRecord(check=f, route="batched", verified=True)
+                                                          for f in STRESSOR_FAMILIES], candidates=("batched",)))
+    assert alone["verdict"] == "adopt" and "| candidate | verdict |" not in render_summary(alone)
+
+
+def test_a_finding_against_one_candidate_is_not_held_against_the_other(tmp_path):
+    records = [CoverageRecord(check=f, route=r, verified=True) for f in STRESSOR_FAMILIES for r in ("a", "b")]
+    bug = Finding(check="greedy", severity="bug", route="a", prompt_id="p", title="diverges")
+    report = build_run_report(collector(tmp_path, records=records, candidates=("a", "b"), findings=[bug]))
+    assert report["verdict"] == "avoid"
+    assert report["route_verdicts"]["a"]["verdict"] == "avoid" and report["route_verdicts"]["b"]["verdict"] == "adopt"
 
 
 def test_an_underpowered_distribution_budget_is_pilot_with_its_detectable_tv(tmp_path):
