@@ -124,7 +124,7 @@ def reference_rows(runs: int, prompts: int) -> list[Row]:
     import torch
 
     from spec_route_suite.equivalence.distribution import RouteArm, RouteScorer, position_entropies, select_prompts
-    from spec_route_suite.fixtures.prompts.encode import encode_prompt
+    from spec_route_suite.fixtures.prompts.encode import encode_record
     from spec_route_suite.fixtures.prompts.records import load_prompt_set
     from spec_route_suite.fixtures.routes.loop import BackgroundLoop
     from spec_route_suite.fixtures.routes.registry import build_route
@@ -137,7 +137,7 @@ def reference_rows(runs: int, prompts: int) -> list[Row]:
     baseline = RouteHandle(build_route(base_spec), base_spec, loop, 600)
     tokenizer = baseline.route.tokenizer
     records = load_prompt_set()
-    ids = [encode_prompt(tokenizer, r.text) for r in records]
+    ids = [encode_record(tokenizer, r) for r in records]
     vocab = len(tokenizer)
     tokens = 10  # two verify blocks of k = 4: what the route suite samples on a fast (batched) route
     prompt_ids = {}

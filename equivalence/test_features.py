@@ -21,7 +21,7 @@ from spec_route_suite.equivalence.features import (BAN_BIAS, BOOST_BIAS, PENALTI
                                                    penalty_effect, probe, rare_token, repeat_rate, schema_of,
                                                    with_feature)
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.fixtures.prompts.encode import encode_record
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Completion, Request, ResponseFormat
 from spec_route_suite.reports.findings import Finding
@@ -39,7 +39,7 @@ JSON_CONCURRENCY = 8
 
 def _pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
     prompts = pick_lean(load_prompt_set(suite_config.categories), POOL)
-    return [(p.id, encode_prompt(tokenizer, p.text)) for p in prompts]
+    return [(p.id, encode_record(tokenizer, p)) for p in prompts]
 
 
 def _plain(route, prompt_id: str, prompt_ids, *, max_tokens: int, tag: str, **kw) -> tuple[Request, Completion]:
@@ -236,7 +236,7 @@ def _json_pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
     everything = load_prompt_set(suite_config.categories)
     json_prompts = [p for p in everything if p.category == "json"][:2]
     others = [p for p in pick_lean(everything, POOL + 1) if p.category != "json"][:POOL]
-    return [(p.id, encode_prompt(tokenizer, p.text)) for p in json_prompts + others]
+    return [(p.id, encode_record(tokenizer, p)) for p in json_prompts + others]
 
 
 @pytest.mark.parametrize("kind", ["json_object", "json_schema"])

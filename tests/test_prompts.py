@@ -138,3 +138,26 @@ def test_prompt_ends_on_token_boundary(tok, shape):
         prompt_ids = tok(s.prompt, add_special_tokens=False)["input_ids"]
         full_ids = tok(s.text, add_special_tokens=False)["input_ids"]
         assert full_ids[: len(prompt_ids)] == prompt_ids
+
+
+def test_records_render_in_the_route_tokenizers_own_format(prompts):
+    """Our pairs get the stored texts unchanged; a tokenizer with another chat template and BOS gets its own."""
+    from spec_route_suite.fixtures.models import MODELS_DIR
+    from spec_route_suite.fixtures.prompts.encode import encode_prompt, encode_record, native_text
+    records = list(prompts)
+    for folder in (TARGET_DIR, MODELS_DIR / "pair2" / "target"):
+        ours = AutoTokenizer.from_pretrained(str(folder))
+        assert all(native_text(ours, r) == r.text for r in records), folder
+        assert all(encode_record(ours, r) == encode_prompt(ours, r.text) for r in records[:10]), folder
+    foreign = AutoTokenizer.from_pretrained(str(TARGET_DIR))
+    foreign.chat_template = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
+                             "\n\n{{ m['content'] }}<|eot_id|>{% endfor %}<|start_header_id|>assistant<|end_header_id|>\n\n")
+    foreign.bos_token = "<|begin_of_text|>"
+    chat = next(r for r in records if r.messages)
+    plain = next(r for r in records if not r.messages)
+    rendered = native_text(foreign, chat)
+    assert rendered.startswith("<|begin_of_text|><|start_header_id|>") and "<|user|>" not in rendered
+    assert rendered.rstrip("\n").endswith("<|start_header_id|>assistant<|end_header_id|>")
+    assert native_text(foreign, plain) == "<|begin_of_text|>" + plain.text[len("<s>"):]
+    foreign.chat_template = None
+    assert native_text(foreign, chat) == chat.text.replace("<s>", "<|begin_of_text|>", 1)
