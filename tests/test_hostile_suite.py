@@ -108,6 +108,7 @@ def markdown_problems(summary: str, report: dict) -> list[str]:
     shown = min(len(report["findings"]), 50)
     if len(headings) != shown:
         problems.append(f"{len(headings)} finding headings for {shown} findings shown")
+    problems += [f"raw HTML from a server's answer in a heading: {h[:120]!r}" for h in headings if "<" in h]
     return problems
 
 
