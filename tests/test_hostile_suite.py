@@ -38,14 +38,16 @@ def routes_file(base_url: str, folder: Path) -> Path:
     """The default baseline against the fault server, named once per entry of CANDIDATES."""
     uri = f"openai:{base_url}?model=hostile&tokenizer={TARGET}&timeout=60"
     path = folder / "routes.toml"
-    path.write_text(f'baseline = "hf:{TARGET}"\n\n[candidates]\n' + "".join(f'{name} = "{uri}"\n' for name in CANDIDATES))
+    path.write_text(f'baseline = "hf:{TARGET}"\n\n[candidates]\n'
+                    + "".join(f'{name} = "{uri}"\n' for name in CANDIDATES))
     return path
 
 
 def run_against(base_url: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict, str]:
     report_dir = tmp_path / "out"
     cmd = [sys.executable, "-m", "pytest", *CHECKS, "-p", "no:cacheprovider", "-n", "2", "--report-dir",
-           str(report_dir), "--prompt-limit", "4", "--max-new-tokens", "8", "--routes", str(routes_file(base_url, tmp_path)), "-k", GREEDY_ON_ONE]
+           str(report_dir), "--prompt-limit", "4", "--max-new-tokens", "8",
+           "--routes", str(routes_file(base_url, tmp_path)), "-k", GREEDY_ON_ONE]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     runs = sorted(report_dir.glob("*/report.json"))
     assert len(runs) == 1, f"no run folder\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
