@@ -100,7 +100,9 @@ def _routes_line(report: dict[str, Any]) -> str:
 
 
 def _finding_block(finding: dict[str, Any]) -> list[str]:
-    head = f"### [{finding['severity']}] {finding['check']}: {finding['title']}"
+    # A title may quote a server's answer ("<html>...", "<details>"): escaped, it cannot open an HTML block.
+    title = finding["title"].replace("<", "&lt;")
+    head = f"### [{finding['severity']}] {finding['check']}: {title}"
     lines = [head, "", f"- route: `{finding['route']}`"]
     if finding.get("prompt_id"):
         lines.append(f"- prompt: `{finding['prompt_id']}`")

@@ -4,8 +4,10 @@ Why: the route suite must turn a broken server's answers into findings that name
 and what was wrong, and keep judging the rest. This serves a real model (any route URI, via
 spec_route_suite.fixtures.servers.inprocess) and damages the n-th answer with the next shape of
 tests/hostile_shapes.py (BODY_SHAPES for plain answers, STREAM_SHAPES for event streams), spreading
-`share` of the requests evenly; every damaged request is logged with its shape, so a test can
-match each finding to the shape that caused it. Environment: none.
+`share` of the requests evenly (round-robin over the shapes); every damaged request is logged with
+its shape, so a test can match each finding to the shape that caused it. Switches plant answers that
+are well-formed but wrong (an early "stop" under load, all-zero logprobs, usage above max_tokens).
+Environment: none.
 """
 from __future__ import annotations
 
@@ -32,24 +34,40 @@ class FaultPlan:
     spare: tuple[str, ...] = ()        # request-id prefixes of plain requests never damaged (e.g. a check's set-up)
     collapse_under_load: bool = False  # well-formed but wrong: one empty "stop" token when others are in flight
     zero_logprobs: bool = False        # well-formed but wrong: every logprob exactly 0.0
+    over_report_usage: float = 0.0     # well-formed but wrong: this share of answers bills more than max_tokens
     served: list[tuple[str, str]] = field(default_factory=list)   # (request id, shape)
+    over_reported: list[str] = field(default_factory=list)        # request ids billed above max_tokens
     in_flight: int = 0
     counts: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
+    answers: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def pick(self, request_id: str, *, stream: bool) -> str | None:
+        """The shape for this request, round-robin over the damaged ones (deterministic, not random:
+        n requests of a kind with share 1.0 get the first n shapes in order)."""
         shapes, share = (self.stream_shapes, self.stream_share) if stream else (self.body_shapes, self.share)
         if not stream and request_id.startswith(self.spare):
             return None
         with self._lock:
             n = self.counts[stream]
             self.counts[stream] = n + 1
-            damaged_before, damaged_now = int(n * share), int((n + 1) * share)
-            if damaged_now == damaged_before or not shapes:
+            if not shapes or not _takes(n, share):
                 return None
-            shape = shapes[damaged_before % len(shapes)]
+            shape = shapes[int(n * share) % len(shapes)]
             self.served.append((request_id, shape))
             return shape
+
+    def over_reports(self, request_id: str) -> bool:
+        """Whether this answer (plain or streamed) bills more tokens than max_tokens: `over_report_usage`
+        of the answers, spread evenly in arrival order; the chosen request ids are logged."""
+        if not self.over_report_usage:
+            return False
+        with self._lock:
+            n, self.answers = self.answers, self.answers + 1
+            if _takes(n, self.over_report_usage):
+                self.over_reported.append(request_id)
+                return True
+            return False
 
     def enter(self) -> int:
         with self._lock:
@@ -59,6 +77,23 @@ class FaultPlan:
     def leave(self) -> None:
         with self._lock:
             self.in_flight -= 1
+
+
+def _takes(n: int, share: float) -> bool:
+    """Whether the n-th request (from 0) is one of `share` of them, spread evenly."""
+    return int((n + 1) * share) != int(n * share)
+
+
+OVER_BILLED = 7   # tokens above max_tokens an over-reporting answer bills
+
+
+def over_billed(body: dict, max_tokens: int) -> dict:
+    """A copy of an answer (or of a stream's usage chunk) whose usage bills max_tokens + OVER_BILLED tokens."""
+    if not isinstance(body.get("usage"), dict):
+        return body
+    body = json.loads(json.dumps(body))
+    body["usage"]["completion_tokens"] = max_tokens + OVER_BILLED
+    return body
 
 
 def suspicious(body: dict, plan: FaultPlan, crowded: bool) -> dict:
@@ -117,6 +152,7 @@ class FaultHandler(_Handler):
         self.request_seen = Request(prompt_ids=(0,), max_tokens=max_tokens if isinstance(max_tokens, int) else 16,
                                     request_id=request_id)
         self.shape = self.plan.pick(request_id, stream=payload.get("stream") is True)
+        self.over_report = self.plan.over_reports(request_id)
         connection_reader, self.rfile = self.rfile, io.BytesIO(raw)   # the parent reads the body again
         self.crowded = self.plan.enter() > 1
         try:
@@ -131,11 +167,15 @@ class FaultHandler(_Handler):
         damage = BODY_SHAPES.get(getattr(self, "shape", None) or "")
         if status == 200 and isinstance(body, dict) and "choices" in body:
             body = suspicious(body, self.plan, getattr(self, "crowded", False))
+            if getattr(self, "over_report", False):
+                body = over_billed(body, self.request_seen.max_tokens)
         if damage is None or status != 200 or not isinstance(body, dict):
             return super()._send(status, body, content_type)
         write_reply(self, damage[0](body, self.request_seen))
 
     def _stream(self, events: list[dict]) -> None:
+        if getattr(self, "over_report", False):
+            events = [over_billed(event, self.request_seen.max_tokens) for event in events]
         damage = STREAM_SHAPES.get(getattr(self, "shape", None) or "")
         if damage is None:
             return super()._stream(events)

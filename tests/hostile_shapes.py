@@ -126,6 +126,31 @@ def sglang_body(ids: list[int], req: Request) -> Json:
     return {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
 
 
+def llama_body(ids: list[int], req: Request) -> Json:
+    """llama.cpp /completion with return_tokens (and n_probs): tokens, content, stop_type, timings."""
+    body: Json = {"content": " ".join(f"t{t}" for t in ids), "tokens": ids, "stop": True,
+                  "stop_type": "limit" if len(ids) >= req.max_tokens else "eos", "tokens_predicted": len(ids),
+                  "timings": {"predicted_n": len(ids), "draft_n": 4, "draft_n_accepted": 2}}
+    if req.logprobs is not None:
+        body["completion_probabilities"] = [{"id": t, "token": f"t{t}", "logprob": -0.5, "bytes": [116],
+                                             "top_logprobs": [{"id": t, "token": f"t{t}", "logprob": -0.5}]}
+                                            for t in ids]
+    return body
+
+
+def llama_events(body: Json) -> list[Json]:
+    """The same answer as /completion streams it: a partial event per token, then the stop event (no [DONE])."""
+    probs = body.get("completion_probabilities")
+    events: list[Json] = []
+    for n, token in enumerate(body["tokens"]):
+        event: Json = {"content": f"t{token}", "tokens": [token], "stop": False}
+        if probs is not None:
+            event["completion_probabilities"] = probs[n:n + 1]
+        events.append(event)
+    final = {k: v for k, v in body.items() if k != "completion_probabilities"}
+    return events + [{**final, "content": "", "tokens": []}]
+
+
 def score_body(prompt: list[int], continuation: list[int], top_k: int = 3) -> Json:
     """vLLM teacher forcing: choices[0].prompt_logprobs, one table per input token (the first null)."""
     ids = prompt + continuation
@@ -296,9 +321,16 @@ def token_lists(draw, req: Request) -> list[int]:
 
 @st.composite
 def byte_damage(draw, reply: Reply) -> Reply:
-    """Damage at the byte level: truncate, prefix invalid UTF-8, cut the connection, wrong type or status."""
+    """Damage at the byte level: truncate, prefix invalid UTF-8, cut the connection, wrong type or status,
+    or the same bytes split at arbitrary places (mid-line, mid-event, inside a UTF-8 character)."""
     body = reply.body
-    action = draw(st.sampled_from(["none", "truncate", "non_utf8", "cut", "content_type", "status", "empty"]))
+    action = draw(st.sampled_from(["none", "truncate", "non_utf8", "cut", "content_type", "status", "empty",
+                                   "rechunk"]))
+    if action == "rechunk":
+        cuts = sorted(set(draw(st.lists(st.integers(0, len(body)), max_size=8))))
+        bounds = [0, *cuts, len(body)]
+        return Reply(reply.status, reply.content_type, tuple(body[a:b] for a, b in zip(bounds, bounds[1:])),
+                     cut=reply.cut)
     if action == "truncate":
         return Reply(reply.status, reply.content_type, (body[: draw(st.integers(0, max(len(body) - 1, 0)))],))
     if action == "non_utf8":

@@ -1,4 +1,5 @@
-"""Every response parser and folder of the HTTP adapters, fed what broken servers send.
+"""Every response parser and folder of the HTTP adapters (vLLM/OpenAI, chat, SGLang, llama.cpp), fed what
+broken servers send.
 
 Property (tests/hostile_shapes.py `check_outcome`): for any answer, the adapter returns a valid
 Completion (or score list, inventory, acceptance snapshot) or raises a RouteError naming the
@@ -21,8 +22,8 @@ from hypothesis import strategies as st
 
 from tests.hostile_shapes import (BODY_SHAPES, STREAM_SHAPES, TEN_MB, Reply, Tally, byte_damage, chat_body, check_completion,
                             check_outcome, check_token_logprobs, damaged, dumps, hostile_values, json_reply,
-                            models_body, requests, score_body, sglang_body, sse_reply, token_lists, vllm_body,
-                            vllm_events, call_with)
+                            llama_body, llama_events, models_body, requests, score_body, sglang_body, sse_reply,
+                            token_lists, vllm_body, vllm_events, call_with)
 from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Request, RouteInventory
 from spec_route_suite.fixtures.routes.errors import RouteError
 from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
@@ -41,7 +42,8 @@ def route(kind: str):
     """One route object per flavour for the whole module (its tokenizer table is built once)."""
     if kind not in _ROUTES:
         uri = {"openai": "openai:http://hostile.invalid/v1?model=toy",
-               "sglang": "sglang:http://hostile.invalid?model=toy"}[kind]
+               "sglang": "sglang:http://hostile.invalid?model=toy",
+               "llama-cpp": "llama-cpp:http://hostile.invalid?model=toy"}[kind]
         _ROUTES[kind] = build_route(parse_route_uri("candidate", uri, base=ROOT))
     return _ROUTES[kind]
 
@@ -178,6 +180,46 @@ def test_sglang_stream_is_valid_or_a_route_error(case):
     generated("sglang", req, reply, "sglang-stream")
 
 
+# ---------------------------------------------------------------- llama.cpp /completion (native)
+LLAMA_PLAIN = Request(prompt_ids=(1, 2, 3), max_tokens=2, logprobs=1, request_id="req-1")
+
+
+def llama_probs(logprob, top) -> dict:
+    return {**llama_body([5], LLAMA_PLAIN), "completion_probabilities": [
+        {"id": 5, "token": "t5", "logprob": logprob, "top_logprobs": top}]}
+
+
+@HOSTILE
+@given(case=completion_cases(build=llama_body))
+# logprob 1e400 -> OverflowError escaped float() -> malformed
+@example(case=(LLAMA_PLAIN, json_reply(llama_probs(-(10 ** 400), []))))
+# top_logprobs 7 (an int) -> a TypeError only the generic shape guard caught -> named: "top_logprobs has a bad entry"
+@example(case=(LLAMA_PLAIN, json_reply(llama_probs(-0.5, 7))))
+# tokens_predicted 9 for 1 token at max_tokens 2 -> accepted -> checked like usage.completion_tokens (malformed)
+@example(case=(LLAMA_PLAIN, json_reply({**llama_body([5], LLAMA_PLAIN), "tokens_predicted": 9})))
+def test_llama_cpp_completion_is_valid_or_a_route_error(case):
+    req, reply = case
+    generated("llama-cpp", req, reply, "llama-cpp-completion")
+
+
+LLAMA_REQ = Request(prompt_ids=(1, 2, 3), max_tokens=1, logprobs=1, request_id="req-0", stream=True)
+
+
+@HOSTILE
+@given(case=stream_cases(build=llama_body, events_of=llama_events))
+# top_logprobs entry with logprob NaN -> accepted into the Completion (only "is a number" was checked)
+# -> chosen and top logprobs validated like the OpenAI adapter's (_logprob: finite, not above 0)
+@example(case=(LLAMA_REQ, sse_reply(llama_events({**llama_body([0], LLAMA_REQ), "completion_probabilities": [
+    {"id": 0, "token": "t0", "logprob": -0.5, "top_logprobs": [{"id": 0, "token": "t0", "logprob": math.nan}]}]}))))
+# a partial event whose completion_probabilities is 3 (an int) -> a TypeError only the generic shape guard
+# caught -> named: "stream event 1: content, tokens or probabilities malformed"
+@example(case=(LLAMA_REQ, sse_reply([{"content": "t0", "tokens": [0], "stop": False, "completion_probabilities": 3},
+                                     {**llama_body([], LLAMA_REQ), "completion_probabilities": []}])))
+def test_llama_cpp_stream_is_valid_or_a_route_error(case):
+    req, reply = case
+    generated("llama-cpp", req, reply, "llama-cpp-stream")
+
+
 # ---------------------------------------------------------------- teacher forcing (scores)
 def scored(kind: str, prompt: list[int], continuation: list[int], reply: Reply, models: Reply, name: str) -> object:
     r = route(kind)
@@ -293,7 +335,7 @@ def test_metrics_parsing_never_raises_and_counts_are_counts(text):
     assert positions is None or 0 < positions <= 64
 
 
-INVENTORY_PATHS = ("/version", "/v1/models", "/get_server_info", "/metrics", "/server_info", "/props")
+INVENTORY_PATHS = ("/version", "/v1/models", "/get_server_info", "/metrics", "/server_info", "/props", "/slots")
 
 
 @st.composite
@@ -304,7 +346,10 @@ def inventory_answers(draw):
                                        "internal_states": [{"avg_spec_accept_length": 2.5}], "version": "0.5"},
                   "/server_info": {"vllm_config": {"speculative_config": {"method": "ngram", "model": "x"},
                                                    "model_config": {"dtype": "torch.float32", "max_logprobs": 5}}},
-                  "/props": {"default_generation_settings": {"n_ctx": 512}, "total_slots": 1}}
+                  "/props": {"default_generation_settings": {"n_ctx": 512}, "total_slots": 1, "build_info": "b1",
+                             "model_path": "/m/toy.gguf"},
+                  "/slots": [{"id": 0, "speculative": True, "params": {"speculative.types": "none,draft-simple",
+                                                                        "speculative.n_max": 4}}]}
     answers = {}
     for path in INVENTORY_PATHS:
         if path == "/metrics":
@@ -316,11 +361,13 @@ def inventory_answers(draw):
     return answers
 
 
-@pytest.mark.parametrize("kind", ["openai", "sglang"])
+@pytest.mark.parametrize("kind", ["openai", "sglang", "llama-cpp"])
 @settings(max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answers=inventory_answers())
 # /v1/models max_model_len false -> a context length of False in the inventory -> bools are not lengths
 @example(answers={"/v1/models": json_reply({"data": [{"id": "toy", "max_model_len": False}]})})
+# llama.cpp /props n_ctx true -> a context length of True in the inventory -> _count: bools are not lengths
+@example(answers={"/props": json_reply({"default_generation_settings": {"n_ctx": True}})})
 def test_inventory_and_acceptance_never_raise(kind, answers):
     r = route(kind)
 
