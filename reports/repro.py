@@ -43,7 +43,11 @@ def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]
 
 
 def _openai_payload(req: dict[str, Any], model: str) -> dict[str, Any]:
-    payload = {"model": model, "prompt": req["prompt_ids"], "max_tokens": req["max_tokens"],
+    """The request as the suite sent it: token ids to /completions, or a chat request's messages (the server
+    applies its chat template; `send` posts those to /chat/completions)."""
+    prompt = ({"messages": [{"role": m[0], "content": m[1]} for m in req["messages"]]} if req.get("messages")
+              else {"prompt": req["prompt_ids"]})
+    payload = {"model": model, **prompt, "max_tokens": req["max_tokens"],
                "temperature": req["temperature"], "return_token_ids": True}
     if req.get("top_p", 1.0) < 1.0:
         payload["top_p"] = req["top_p"]
@@ -82,7 +86,8 @@ ATTEMPTS = {attempts}
 
 
 async def send(client, payload):
-    response = await client.post(BASE_URL + "/completions", json=payload)
+    path = "/chat/completions" if "messages" in payload else "/completions"
+    response = await client.post(BASE_URL + path, json=payload)
     response.raise_for_status()
     choice = response.json()["choices"][0]
     return choice.get("token_ids") or choice.get("output_ids") or []
@@ -194,7 +199,8 @@ from spec_route_suite.fixtures.routes.spec import parse_route_uri
 from pathlib import Path
 
 URI = {uri!r}
-REQUESTS = [Request(**{{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()}}) for r in json.loads({requests!r})]
+REQUESTS = [Request(**{{k: (tuple(map(tuple, v)) if k == "messages" and v else tuple(v)) if isinstance(v, list) else v
+                       for k, v in r.items()}}) for r in json.loads({requests!r})]
 EXPECTED = json.loads({expected!r})
 CONCURRENCY = {concurrency}
 
@@ -285,8 +291,8 @@ def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str,
                                       payloads=json.dumps(payloads), expected=expected,
                                       concurrency=concurrency, attempts=_attempts(repro))
         auth = f' -H "Authorization: Bearer ${spec["api_key_env"]}"' if spec.get("api_key_env") else ""
-        curl = "\n".join(f"curl -s {base_url}/completions -H 'Content-Type: application/json'{auth} "
-                         f"-d '{json.dumps(p)}'" for p in payloads[:20])
+        curl = "\n".join(f"curl -s {base_url}/{'chat/completions' if 'messages' in p else 'completions'} "
+                         f"-H 'Content-Type: application/json'{auth} -d '{json.dumps(p)}'" for p in payloads[:20])
         return script, "#!/bin/sh\n# Resend the failing request(s); compare choices[0].token_ids with the expected ids\n" + curl + "\n"
     if spec["kind"] == "hf":
         script = HF_TEMPLATE.format(title=finding["title"], route_desc=route_desc, model=spec["model"],

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from spec_route_suite.fixtures.routes.planted import parse_plant
 from spec_route_suite.fixtures.routes.registry import build_route
 from spec_route_suite.fixtures.routes.spec import parse_route_uri
 from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.reports.repro import render_repro, repro_block
 from tests.test_second_pair import params, routes_file
 from tests.test_suite_end_to_end import run_suite
 
@@ -186,3 +189,15 @@ def test_llama_cpp_declares_no_chat_and_the_plant_parses():
     spec = parse_route_uri("candidate", f"openai:http://127.0.0.1:9/v1?model=m&plant=chat-divergence@{PLANT_AT}",
                            base=Path.cwd())
     assert parse_plant(spec) == ("chat-divergence", PLANT_AT)
+
+
+def test_a_chat_repro_resends_the_messages_to_the_chat_endpoint():
+    tokenizer = load_tokenizer(str(TARGET_DIR))
+    req = chat_request(tokenizer, [("system", "Be brief."), ("user", "Hi.")], max_tokens=4, request_id="r")
+    repro = repro_block(requests=[req], expected=[[1, 2]], actual=None)
+    spec = {"name": "candidate", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "tiny"}
+    script, curl = render_repro({"title": "chat", "check": "chat"}, repro, spec)
+    compile(script, "repro.py", "exec")
+    payloads = json.loads(re.search(r"PAYLOADS = json.loads\((.*)\)\n", script).group(1).strip("'\""))
+    assert payloads[0]["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}]
+    assert "prompt" not in payloads[0] and "/chat/completions" in curl
