@@ -4,12 +4,16 @@ One test per (variant, lean prompt); each sends k+2 short greedy requests to bot
 and checks every answer on its own (length, usage, nothing after a stop, finish_reason)
 and against the other route. When the baseline's output on the lean prompt cannot host
 the variant's stop condition (too short, no EOS), the next few prompts are tried; with
-none, the variant is skipped as "not verified".
+none, the variant is skipped as "not verified". The chat shape (check family "chat") sweeps the
+plain and stop-string variants on a chat request (equivalence/chat.py).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_sweep, speculation_depth
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Request
@@ -63,17 +67,46 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, fi
         notes.append(f"{source.id}: {how}")
     else:
         pytest.skip(f"not verified: {variant} boundaries: no usable prompt among {'; '.join(notes)}")
+    judge_sweep(variant, source, cases, how, depth, baseline=baseline, candidate=candidate, tokenizer=tokenizer,
+                findings=findings)
+
+
+@pytest.mark.check(chat.CHECK)
+@pytest.mark.parametrize("variant", chat.BOUNDARY_VARIANTS)
+def test_chat_boundary_sweep(variant, chat_lean_prompt, baseline, candidate, tokenizer, fitted_prompts, suite_config,
+                             eos_token_id, findings):
+    """The sweep on a chat request: the stop conditions and length cap hold on the chat template path too."""
+    chat.skip_without_chat(findings, candidate, baseline, candidate)
+    depth = speculation_depth(candidate.inventory(), candidate.spec)
+    ref_req = chat.chat_shape(chat_lean_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
+                              request_id=f"chat-greedy-{chat_lean_prompt.id}")
+    with chat.chat_path(findings, candidate):
+        reference = baseline.generate(ref_req)
+        cases, how = build_cases(variant=variant, prompt_ids=ref_req.prompt_ids, reference=reference, depth=depth,
+                                 eos_token_id=eos_token_id, decode=tokenizer.decode,
+                                 request_id=f"chat-boundary-{variant}-{chat_lean_prompt.id}")
+        if not cases:
+            pytest.skip(f"not verified: chat {variant} boundaries on {chat_lean_prompt.id}: {how}")
+        cases = [replace(case, request=replace(case.request, messages=ref_req.messages)) for case in cases]
+        judge_sweep(variant, chat_lean_prompt, cases, how, depth, baseline=baseline, candidate=candidate,
+                    tokenizer=tokenizer, findings=findings, check=chat.CHECK)
+
+
+def judge_sweep(variant, source, cases, how, depth, *, baseline, candidate, tokenizer, findings,
+                check: str = "boundary") -> None:
+    """Run one sweep on both routes, record coverage and report every violation."""
+    shape = "chat " if cases and cases[0].request.chat else ""
     result = run_sweep(baseline=baseline, candidate=candidate, cases=cases, decode=tokenizer.decode)
     problems, level = result.problems, level_details(result.text_level)
     if result.text_level:
-        findings.measure("comparison", check="boundary", variant=variant, prompt_id=source.id, route=candidate.name,
+        findings.measure("comparison", check=check, variant=variant, prompt_id=source.id, route=candidate.name,
                          **level)
-    findings.cover("boundary", candidate.name, verified=True, ran={"cases": result.cases},
-                   could_detect=f"tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth})"
+    findings.cover(check, candidate.name, verified=True, ran={"chat boundary cases" if shape else "cases": result.cases},
+                   could_detect=f"{shape}tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth})"
                                 + (" (text-level)" if result.text_level else ""))
     if result.baseline_problems:
         findings.add(Finding(
-            check="boundary", severity="bug", route=baseline.name, prompt_id=source.id,
+            check=check, severity="bug", route=baseline.name, prompt_id=source.id,
             title=(f"the baseline '{baseline.name}' itself breaks {variant} boundary rules on prompt {source.id} "
                    f"(a finding about the baseline, not the candidate): {result.baseline_problems[0][:160]}"),
             details={"problems": result.baseline_problems[:100], "how": how}))
@@ -82,15 +115,16 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, fi
     case, expected, actual = result.first_bad
     shown = "\n".join(problems[:SHOWN]) + (f"\n... {len(problems) - SHOWN} more" if len(problems) > SHOWN else "")
     findings.add(Finding(
-        check="boundary", severity="bug", route=candidate.name, prompt_id=source.id,
-        title=(f"{variant} boundary violations on prompt {source.id} (k={depth}; first: {case.label})"
+        check=check, severity="bug", route=candidate.name, prompt_id=source.id,
+        title=(f"{shape}{variant} boundary violations on prompt {source.id} (k={depth}; first: {case.label})"
                + title_suffix(text_level=result.text_level)),
         details={"diff": shown, "how": how, "speculation_depth": depth, **level,
                  "first_case": {"prompt_ids": list(case.request.prompt_ids), "max_tokens": case.request.max_tokens,
                                 "stop": list(case.request.stop), "stop_token_ids": list(case.request.stop_token_ids),
-                                "ignore_eos": case.request.ignore_eos},
+                                "ignore_eos": case.request.ignore_eos,
+                                **({"messages": [list(m) for m in case.request.messages]} if shape else {})},
                  "baseline_tokens": list(expected.token_ids), "candidate_tokens": list(actual.token_ids),
                  "problems": problems[:100]}))
-    pytest.fail(f"{variant} sweep on prompt {source.id} (baseline '{baseline.name}' vs candidate "
+    pytest.fail(f"{shape}{variant} sweep on prompt {source.id} (baseline '{baseline.name}' vs candidate "
                 f"'{candidate.name}', k={depth}; {how}){title_suffix(text_level=result.text_level)}:\n{shown}",
                 pytrace=False)

@@ -18,6 +18,9 @@ Policy (--greedy-policy):
   that splits at near-ties far more often than the baseline does against itself runs its
   verifier at a different precision.
 
+The chat shape (`test_chat_greedy_matches_baseline`, check family "chat", equivalence/chat.py) sends a
+few chat prompts as messages to both routes and judges them the same way.
+
 A server that returns no token ids is compared at text level (fixtures/routes/textlevel.py):
 both outputs re-tokenized from their text, the finding and a "comparison" measurement saying so.
 """
@@ -27,6 +30,7 @@ import dataclasses
 
 import pytest
 
+from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.calibration import near_tie_excess
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy, exposure
@@ -44,14 +48,39 @@ def _greedy_request(prompt_ids, max_tokens: int, request_id: str) -> Request:
 def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, fitted_prompts, suite_config, calibration,
                                  eos_token_id, findings):
     req = _greedy_request(fitted_prompts.ids(prompt), suite_config.max_new_tokens, f"greedy-{prompt.id}")
-    expected, actual = aligned(baseline.generate(req), candidate.generate(req), tokenizer)
+    judge_greedy(req, prompt, baseline.generate(req), candidate.generate(req), baseline=baseline, candidate=candidate,
+                 tokenizer=tokenizer, suite_config=suite_config, calibration=calibration,
+                 eos_token_id=eos_token_id, findings=findings)
+
+
+@pytest.mark.check(chat.CHECK)
+def test_chat_greedy_matches_baseline(chat_prompt, baseline, candidate, tokenizer, fitted_prompts, suite_config,
+                                      calibration, eos_token_id, findings):
+    """The chat shape: the prompt's messages to both routes (each applies its chat template), same judgement."""
+    chat.skip_without_chat(findings, candidate, baseline, candidate)
+    req = chat.chat_shape(chat_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
+                          request_id=f"chat-greedy-{chat_prompt.id}")
+    with chat.chat_path(findings, candidate):
+        expected, actual = baseline.generate(req), candidate.generate(req)
+    judge_greedy(req, chat_prompt, expected, actual, baseline=baseline, candidate=candidate, tokenizer=tokenizer,
+                 suite_config=suite_config, calibration=calibration, eos_token_id=eos_token_id, findings=findings,
+                 check=chat.CHECK)
+
+
+def judge_greedy(req, prompt, expected, actual, *, baseline, candidate, tokenizer, suite_config, calibration,
+                 eos_token_id, findings, check: str = "greedy") -> None:
+    """Compare one greedy answer pair, record coverage, classify a divergence and apply --greedy-policy."""
+    shape = "chat " if req.chat else ""
+    expected, actual = aligned(expected, actual, tokenizer)
     level = describe(expected, actual)
     if is_text_level(expected, actual):
-        findings.measure("comparison", check="greedy", prompt_id=prompt.id, route=candidate.name, **level)
-    findings.cover("greedy", candidate.name, verified=True,
-                   ran={"prompts": 1, "tokens compared": exposure(baseline=expected.token_ids,
-                                                                  candidate=actual.token_ids)},
-                   could_detect="any token or finish-reason difference from the baseline"
+        findings.measure("comparison", check=check, prompt_id=prompt.id, route=candidate.name, **level)
+    tokens = exposure(baseline=expected.token_ids, candidate=actual.token_ids)
+    findings.cover(check, candidate.name, verified=True,
+                   ran={"chat prompts": 1, "chat tokens compared": tokens} if req.chat else
+                   {"prompts": 1, "tokens compared": tokens},
+                   could_detect=(chat.COULD_DETECT if req.chat else "any token or finish-reason difference from the "
+                                 "baseline")
                                 + (" (text-level: equal text with other token boundaries is invisible)"
                                    if is_text_level(expected, actual) else ""))
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
@@ -65,20 +94,21 @@ def test_greedy_matches_baseline(prompt, baseline, candidate, tokenizer, fitted_
     findings.measure("divergence", position=divergence.position, verdict=verdict.verdict, margin=verdict.margin,
                      tau=verdict.tau, prompt_id=prompt.id, route=candidate.name, comparison=level["comparison"])
     findings.add(Finding(
-        check="greedy", severity="near-tie" if excused else "bug", route=candidate.name, prompt_id=prompt.id,
-        title=(f"greedy output diverges from the baseline at token {divergence.position} of prompt {prompt.id} "
-               f"({verdict.verdict})" + title_suffix(expected, actual)),
+        check=check, severity="near-tie" if excused else "bug", route=candidate.name, prompt_id=prompt.id,
+        title=(f"greedy {shape}output diverges from the baseline at token {divergence.position} of prompt "
+               f"{prompt.id} ({verdict.verdict})" + title_suffix(expected, actual)),
         details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}", **level,
                  "divergence": dataclasses.asdict(divergence), "classification": verdict.to_details(),
                  "calibration": calibration.get().describe(), "policy": suite_config.greedy_policy,
                  "prompt_category": prompt.category, "prompt_ids": list(req.prompt_ids),
+                 **({"messages": [list(m) for m in req.messages]} if req.chat else {}),
                  "max_tokens": req.max_tokens, "baseline_tokens": list(expected.token_ids),
                  "candidate_tokens": list(actual.token_ids)},
     ))
     if excused:
         return
     pytest.fail(
-        f"prompt {prompt.id}: candidate '{candidate.name}' diverges from baseline '{baseline.name}' at token "
+        f"{shape}prompt {prompt.id}: candidate '{candidate.name}' diverges from baseline '{baseline.name}' at token "
         f"{divergence.position}: baseline {divergence.baseline_token} {divergence.baseline_token_text!r}, "
         f"candidate {divergence.candidate_token} {divergence.candidate_token_text!r}\n{divergence.diff()}\n"
         f"  classification ({suite_config.greedy_policy} policy): {verdict.summary()}{title_suffix(expected, actual)}",

@@ -8,7 +8,8 @@ this test compares the folded result with the plain request.
 A token split between the two deliveries is classified like a greedy divergence (the
 baseline teacher-forces the streamed token): under --greedy-policy classify a near-tie is
 reported as nondeterminism, not as a streaming bug; strict fails it like any split.
-Routes that cannot stream are skipped and reported "not verified". A server without token
+Routes that cannot stream are skipped and reported "not verified". The chat shape (check family
+"chat", equivalence/chat.py) streams a chat request the same way (delta.content chunks). A server without token
 ids is compared at text level (fixtures/routes/textlevel.py): streamed and plain text, finish
 and usage, without the usage-equals-token-count check (its ids are re-derived from text).
 """
@@ -18,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 
+from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.routes.base import Completion, Request
@@ -69,43 +71,70 @@ def test_stream_matches_non_stream(lean_prompt, baseline, candidate, tokenizer, 
     candidate.require("stream")
     req = Request(prompt_ids=fitted_prompts.ids(lean_prompt), max_tokens=suite_config.max_new_tokens,
                   temperature=0.0, request_id=f"stream-{lean_prompt.id}")
+    judge_stream(req, lean_prompt.id, with_stop=with_stop, baseline=baseline, candidate=candidate,
+                 tokenizer=tokenizer, suite_config=suite_config, calibration=calibration, eos_token_id=eos_token_id,
+                 findings=findings)
+
+
+@pytest.mark.check(chat.CHECK)
+@pytest.mark.parametrize("with_stop", [False, True], ids=["plain", "stop-string"])
+def test_chat_stream_matches_non_stream(chat_lean_prompt, baseline, candidate, tokenizer, fitted_prompts,
+                                        suite_config, calibration, eos_token_id, with_stop, findings):
+    """The chat shape: a streamed chat answer (delta.content) is the non-streamed chat answer."""
+    chat.skip_without_chat(findings, candidate, candidate)
+    candidate.require("stream")
+    req = chat.chat_shape(chat_lean_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
+                          request_id=f"chat-stream-{chat_lean_prompt.id}")
+    with chat.chat_path(findings, candidate):
+        judge_stream(req, chat_lean_prompt.id, with_stop=with_stop, baseline=baseline, candidate=candidate,
+                     tokenizer=tokenizer, suite_config=suite_config, calibration=calibration,
+                     eos_token_id=eos_token_id, findings=findings, check=chat.CHECK)
+
+
+def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, suite_config, calibration,
+                 eos_token_id, findings, check: str = "streaming") -> None:
+    """Send `req` plain and streamed (with a stop string from the plain answer when asked) and compare."""
+    shape = "chat " if req.chat else ""
     plain = candidate.generate(req)
     if with_stop:
         stop = _stop_inside(plain, tokenizer)
         if stop is None:
-            pytest.skip(f"not verified: no usable stop string in the output of prompt {lean_prompt.id}")
+            pytest.skip(f"not verified: no usable stop string in the output of prompt {prompt_id}")
         req = replace(req, stop=(stop,))
         plain = candidate.generate(req)
     streamed = candidate.generate(replace(req, stream=True, request_id=req.request_id + "-sse"))
     plain, streamed = aligned(plain, streamed, tokenizer)
     level = describe(plain, streamed)
     if is_text_level(plain, streamed):
-        findings.measure("comparison", check="streaming", prompt_id=lean_prompt.id, route=candidate.name, **level)
+        findings.measure("comparison", check=check, prompt_id=prompt_id, route=candidate.name, **level)
     problems = delivery_differences(plain=plain, streamed=streamed)
     verdict = None
     if problems:
         verdict = _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id)
         if verdict is not None and verdict.is_near_tie and suite_config.greedy_policy == "classify":
             findings.add(Finding(
-                check="streaming", severity="near-tie", route=candidate.name, prompt_id=lean_prompt.id,
+                check=check, severity="near-tie", route=candidate.name, prompt_id=prompt_id,
                 title=(f"candidate '{candidate.name}' stream and non-stream split at a near-tie "
-                       f"(prompt {lean_prompt.id})"),
+                       f"(prompt {prompt_id})"),
                 details={"diff": "\n".join(problems + [f"classification: {verdict.summary()}"]), **level,
                          "classification": verdict.to_details(), "prompt_ids": list(req.prompt_ids)}))
             problems = []
         elif verdict is not None:
             problems.append(f"first split classified against baseline '{baseline.name}': {verdict.summary()}")
     problems += accounting_problems(plain=plain, streamed=streamed)
+    if req.chat:
+        findings.cover(check, candidate.name, verified=True, ran={"chat streams": 1},
+                       could_detect="a streamed chat answer (delta.content) that differs from the plain chat answer")
     if not problems:
         return
     findings.add(Finding(
-        check="streaming", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
-        title=(f"candidate '{candidate.name}' streams a different answer than it returns (prompt {lean_prompt.id})"
+        check=check, severity="bug", route=candidate.name, prompt_id=prompt_id,
+        title=(f"candidate '{candidate.name}' streams a different {shape}answer than it returns (prompt {prompt_id})"
                + title_suffix(plain, streamed)),
         details={"diff": "\n".join(problems), "stop": list(req.stop), "prompt_ids": list(req.prompt_ids), **level,
                  "stream_events": streamed.stream_events,
                  "classification": verdict.to_details() if verdict is not None else None}))
-    pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' stream vs non-stream:\n" + "\n".join(problems),
+    pytest.fail(f"{shape}prompt {prompt_id}: candidate '{candidate.name}' stream vs non-stream:\n" + "\n".join(problems),
                 pytrace=False)
 
 

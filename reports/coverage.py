@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 # Every check family the route suite has (pytest.mark.check in equivalence/ and stressors/).
-FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "seeds", "distribution", "mixing",
+FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "chat", "seeds", "distribution", "mixing",
             "batch-invariance", "accuracy", "aborts", "prefix-cache")
 STRESSOR_FAMILIES = ("mixing", "batch-invariance", "accuracy", "aborts", "prefix-cache")
 VERIFIED, NOT_VERIFIED, NOT_APPLICABLE, FAILED, NOT_RUN = (

@@ -51,7 +51,11 @@ def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]
 
 
 def _openai_payload(req: dict[str, Any], model: str) -> dict[str, Any]:
-    payload = {"model": model, "prompt": req["prompt_ids"], "max_tokens": req["max_tokens"],
+    """The request as the suite sent it: token ids to /completions, or a chat request's messages (the server
+    applies its chat template; `send` posts those to /chat/completions)."""
+    prompt = ({"messages": [{"role": m[0], "content": m[1]} for m in req["messages"]]} if req.get("messages")
+              else {"prompt": req["prompt_ids"]})
+    payload = {"model": model, **prompt, "max_tokens": req["max_tokens"],
                "temperature": req["temperature"], "return_token_ids": True}
     if req.get("top_p", 1.0) < 1.0:
         payload["top_p"] = req["top_p"]
@@ -93,12 +97,13 @@ ATTEMPTS = {attempts}
 
 
 def answer(body):
-    """(token ids or None, text) from an OpenAI-style, SGLang or llama.cpp /completion answer."""
+    """(token ids or None, text) from an OpenAI-style completion or chat answer, SGLang's or llama.cpp's /completion."""
     if isinstance(body, list):
         body = body[0]
     choice = (body.get("choices") or [body])[0]
     ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or body.get("output_ids")
-    text = choice.get("text", choice.get("content", body.get("text", "")))
+    message = choice.get("message") or {}   # a chat answer
+    text = choice.get("text", message.get("content", choice.get("content", body.get("text", ""))))
     return ids, text
 
 
@@ -221,7 +226,8 @@ from spec_route_suite.fixtures.routes.spec import parse_route_uri
 from pathlib import Path
 
 URI = {uri!r}
-REQUESTS = [Request(**{{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()}}) for r in json.loads({requests!r})]
+REQUESTS = [Request(**{{k: (tuple(map(tuple, v)) if k == "messages" and v else tuple(v)) if isinstance(v, list) else v
+                       for k, v in r.items()}}) for r in json.loads({requests!r})]
 EXPECTED = json.loads({expected!r})
 CONCURRENCY = {concurrency}
 
@@ -306,8 +312,9 @@ def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str,
         if served:
             route_desc += (f", served over HTTP: start it with `python -m spec_route_suite.fixtures.servers.inprocess "
                            f"--route '{_route_uri(spec)}' --port PORT` and set REPRO_BASE_URL")
-        wire = repro.get("wire") or [{"url": f"{base_url}/completions", "body": _openai_payload(r, model)}
-                                     for r in repro["requests"]]
+        payloads = [_openai_payload(r, model) for r in repro["requests"]]
+        wire = repro.get("wire") or [{"url": f"{base_url}/{'chat/completions' if 'messages' in p else 'completions'}",
+                                      "body": p} for p in payloads]
         script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how,
                                       base_url=base_url, api_key_env=spec.get("api_key_env"),
                                       wire=json.dumps(wire), expected=expected,

@@ -26,6 +26,7 @@ from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.fixtures.prompts.chat import render_chat_ids, render_chat_text
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
 
@@ -69,9 +70,10 @@ class WorkItem:
     canaries: tuple[str, ...] = ()
     messages: tuple[tuple[str, str], ...] | None = None
     asked: str = ""
+    chat: bool = False   # sent as a chat request (its messages; the server applies its template)
 
     def request(self, *, max_tokens: int, request_id: str | None = None, **overrides) -> Request:
-        fields = {"temperature": 0.0, **overrides}
+        fields = {"temperature": 0.0, **({"messages": self.messages} if self.chat else {}), **overrides}
         return Request(prompt_ids=self.prompt_ids, max_tokens=max_tokens, request_id=request_id or f"ref-{self.key}",
                        **fields)
 
@@ -121,6 +123,9 @@ class Workload:
     def recall(self) -> tuple[WorkItem, ...]:
         return tuple(item for item in self.items if item.shape == "recall")
 
+    def chats(self) -> tuple[WorkItem, ...]:
+        return tuple(item for item in self.items if item.chat)
+
     @property
     def cut(self) -> bool:
         """Did sizing shorten any conversation (fewer shared turns or filler turns left out)?"""
@@ -148,14 +153,8 @@ def shared_prefix(nonce: str = "", turns: int = len(SHARED_TURNS)) -> list[tuple
 
 
 def render(tokenizer, messages: Sequence[tuple[str, str]]) -> str:
-    """The tokenizer's own chat template, with the generation prompt: the text a chat server would build.
-
-    A tokenizer without a template (a base model) gets the embedded corpus's chat format instead.
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        return corpus.render_chat(messages, add_generation_prompt=True)
-    return tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                         tokenize=False, add_generation_prompt=True)
+    """The tokenizer's own chat template, with the generation prompt: the text a chat server would build."""
+    return render_chat_text(tokenizer, messages)
 
 
 def _canary_value(kind: str, rng: random.Random, taken: set[str]) -> tuple[str | None, str]:
@@ -195,7 +194,7 @@ def conversation(rng: random.Random, *, length: str, taken: set[str], nonce: str
 
 def renderer(tokenizer) -> Callable[[Sequence[tuple[str, str]]], TokenIds]:
     """messages -> prompt token ids, through the tokenizer's chat template."""
-    return lambda messages: encode_prompt(tokenizer, render(tokenizer, messages))
+    return lambda messages: render_chat_ids(tokenizer, messages)
 
 
 class _ConversationTooLong(Exception):
@@ -206,21 +205,23 @@ class _ConversationTooLong(Exception):
 
 
 def build_workload(tokenizer, *, size: int, seed: int = 0, task_share: float = 0.25,
-                   max_prompt_tokens: int = MAX_PROMPT_TOKENS, nonce: str = "") -> Workload:
+                   max_prompt_tokens: int = MAX_PROMPT_TOKENS, nonce: str = "", chat_share: float = 0.0) -> Workload:
     """`size` items: recall conversations of mixed lengths plus task prompts (math, code, json), each at most
-    `max_prompt_tokens` long; the shared prefix shortens only as far as it must (WorkloadDoesNotFit past that)."""
+    `max_prompt_tokens` long; the shared prefix shortens only as far as it must (WorkloadDoesNotFit past that).
+    `chat_share` of the conversations (spread over every length) are chat items: multi-turn sessions sharing the
+    prefix, sent as messages so the server's chat template builds their prompt."""
     shortest = max_prompt_tokens + 1
     for turns in range(len(SHARED_TURNS), -1, -1):
         try:
             return _build(tokenizer, size=size, seed=seed, task_share=task_share, room=max_prompt_tokens,
-                          nonce=nonce, shared_turns=turns)
+                          nonce=nonce, shared_turns=turns, chat_share=chat_share)
         except _ConversationTooLong as exc:
             shortest = exc.tokens
     raise WorkloadDoesNotFit(needed=shortest, room=max_prompt_tokens)
 
 
 def _build(tokenizer, *, size: int, seed: int, task_share: float, room: int, nonce: str,
-           shared_turns: int) -> Workload:
+           shared_turns: int, chat_share: float = 0.0) -> Workload:
     rng = random.Random(f"canary-workload-{seed}")
     to_ids = renderer(tokenizer)
     probe_question = longest_question(tokenizer)
@@ -247,9 +248,10 @@ def _build(tokenizer, *, size: int, seed: int, task_share: float, room: int, non
                     raise _ConversationTooLong(len(to_ids(messages)))
                 messages = messages[:-3] + messages[-1:]  # the last filler turn (user + assistant) goes
                 dropped += 1
-            items.append(WorkItem(key=f"{index:03d}-recall-{asked}-{length}", shape="recall", length=length,
-                                  prompt_text=render(tokenizer, messages), prompt_ids=ids, answer=answer,
-                                  canaries=canaries, messages=tuple(messages), asked=asked))
+            chat = _is_chat(index, chat_share)
+            items.append(WorkItem(key=f"{index:03d}-{'chat' if chat else 'recall'}-{asked}-{length}", shape="recall",
+                                  length=length, prompt_text=render(tokenizer, messages), prompt_ids=ids,
+                                  answer=answer, canaries=canaries, messages=tuple(messages), asked=asked, chat=chat))
         else:
             shape = TASK_SHAPES[index % len(TASK_SHAPES)]
             sample, ids = _task_prompt(tokenizer, shape, rng, room)
@@ -258,6 +260,14 @@ def _build(tokenizer, *, size: int, seed: int, task_share: float, room: int, non
     shared = common_prefix([i.prompt_ids for i in items if i.shape == "recall"])
     return Workload(items=tuple(items), prefix_tokens=shared, seed=seed, room=room, shared_turns=shared_turns,
                     dropped_fillers=dropped)
+
+
+def _is_chat(index: int, share: float) -> bool:
+    """Every 1/share-th conversation, whole blocks of LENGTHS apart so each length gets chat items."""
+    if share <= 0:
+        return False
+    block = index // len(LENGTHS)
+    return int((block + 1) * share) > int(block * share)
 
 
 def _task_prompt(tokenizer, shape: str, rng: random.Random, room: int):

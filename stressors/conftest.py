@@ -3,6 +3,8 @@
 The workload is sized into the pair's context (fixtures/prompts/fit.py): every prompt plus
 the stressors' max_tokens fits both routes; a context too small for the shortest canary
 conversation ends the run as a configuration error (exit 4) naming the route.
+Half of the conversations are chat items when both routes declare chat: sent as messages, so on an
+HTTP route the server's chat template builds them (the path of the motivating report).
 The references are the candidate's own outputs with one request at a time: every
 concurrent run must reproduce them token for token. They are computed once per worker
 and candidate (RouteHandle memoises greedy requests).
@@ -11,9 +13,12 @@ from __future__ import annotations
 
 import pytest
 
+from spec_route_suite.fixtures.prompts.chat import chat_request
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing, RouteError
 from spec_route_suite.stressors.canary import MAX_PROMPT_TOKENS, WorkloadDoesNotFit, build_workload, serial_references
 from spec_route_suite.stressors.driver import budget_for
 
+CHAT_SHARE = 0.5   # of the canary conversations, sent as chat requests (multi-turn sessions, shared prefix)
 STRESS_MAX_TOKENS = 48  # recall answers end within ~16 tokens; code and JSON within ~40
 
 
@@ -55,8 +60,28 @@ def sized_workload(tokenizer, context_fit, stress_prompt_tokens, stress_max_toke
 
 
 @pytest.fixture(scope="session")
-def stress_workload(sized_workload, stress_budget, suite_config):
-    return sized_workload(size=stress_budget.pool, seed=suite_config.seed)
+def stress_chat(baseline, candidate, tokenizer, report_note) -> bool:
+    """Do both routes serve chat? Declared, and answered by one one-token chat request each (a server may lack
+    the endpoint its adapter assumes; a broken chat answer is the chat checks' finding, not the stressors')."""
+    probe = chat_request(tokenizer, [("user", "Hi.")], max_tokens=1, request_id="chat-probe")
+    for handle in (baseline, candidate):
+        if not handle.capabilities.chat:
+            return False
+        try:
+            handle.generate(probe)
+        except RouteError as exc:
+            if not isinstance(exc, CapabilityMissing):
+                report_note(f"stressors: no chat sessions for '{candidate.name}': the chat probe on "
+                            f"'{handle.name}' failed: {exc.describe()[:200]}")
+            return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def stress_workload(sized_workload, stress_budget, suite_config, stress_chat):
+    """The canary pool; a share of its conversations are chat items when both routes serve chat."""
+    return sized_workload(size=stress_budget.pool, seed=suite_config.seed,
+                          chat_share=CHAT_SHARE if stress_chat else 0.0)
 
 
 @pytest.fixture(scope="session")

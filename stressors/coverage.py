@@ -66,9 +66,10 @@ class LoadWitness:
             return False, f"the engine never served two requests in one step: {seen}", ran
         return True, seen, ran
 
-    def cover(self, findings, check: str, *, could_detect: str) -> bool:
+    def cover(self, findings, check: str, *, could_detect: str, counts: dict | None = None) -> bool:
+        """Record the coverage row; `counts` adds the stressor's own tallies to what ran."""
         verified, why, ran = self.verdict()
-        findings.cover(check, self.handle.name, verified=verified, ran=ran,
+        findings.cover(check, self.handle.name, verified=verified, ran={**ran, **(counts or {})},
                        could_detect=f"{could_detect} ({why})" if verified else could_detect,
                        reason="" if verified else why)
         return verified

@@ -256,10 +256,11 @@ def detect(*, workload: Workload, references: Mapping[str, Completion], outcomes
 
 def context_probe_request(*, victim, neighbour, render: Callable[[Sequence[tuple[str, str]]], TokenIds],
                           max_tokens: int) -> Request:
-    """The victim's last user message asked in the neighbour's conversation (the neighbour's own question dropped)."""
+    """The victim's last user message asked in the neighbour's conversation (the neighbour's own question dropped);
+    a chat victim is probed as a chat request, through the same template path its answer took."""
     messages = tuple(neighbour.messages[:-1]) + (victim.messages[-1],)
     return Request(prompt_ids=tuple(render(messages)), max_tokens=max_tokens, temperature=0.0,
-                   request_id=f"probe-{victim.key}-in-{neighbour.key}")
+                   request_id=f"probe-{victim.key}-in-{neighbour.key}", messages=messages if victim.chat else None)
 
 
 def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequence[Outcome],

@@ -2,7 +2,7 @@
 
 Why: a finding is only as good as its repro. The script embeds the schedule, the exact
 prompt token ids and the serial greedy output each request must reproduce, replays the
-schedule (arrival gaps, concurrency bound, hang-ups) up to N times and exits 1 at the first
+schedule (arrival gaps, concurrency bound, hang-ups; chat steps as messages to /chat/completions) up to N times and exits 1 at the first
 output that differs, printing the request and what it got. For an OpenAI-compatible
 or SGLang server it needs only httpx and asyncio; for an in-process route (hf,
 reference) it imports the suite and builds the route from its URI. Secrets never enter
@@ -49,8 +49,10 @@ def replay_payload(*, schedule: Schedule, workload: Workload, references: Mappin
         ref = references[item.key]
         entry = {"n": n, "key": item.key, "gap_ms": step.gap_ms, "abort_ms": step.abort_ms,
                  "prompt_ids": list(item.prompt_ids), "expected_ids": list(ref.token_ids),
-                 "expected_text": ref.text}
+                 "expected_text": ref.text,
+                 **({"messages": [{"role": r, "content": c} for r, c in item.messages]} if item.chat else {})}
         sent = wire(Request(prompt_ids=item.prompt_ids, max_tokens=max_tokens, temperature=0.0,
+                            messages=item.messages if item.chat else None,
                             request_id=f"replay-{n}")) if wire is not None else None
         if sent is not None:
             entry["wire"] = {"url": sent[0], "body": sent[1]}
@@ -117,9 +119,10 @@ class Client:
 
     async def generate(self, step, tag):
         from spec_route_suite.fixtures.routes.base import Request
+        messages = tuple((m["role"], m["content"]) for m in step["messages"]) if "messages" in step else None
         req = Request(prompt_ids=tuple(step["prompt_ids"]), max_tokens=SCHEDULE["max_tokens"], temperature=0.0,
                       stream=step["abort_ms"] is not None and self.route.capabilities.stream,
-                      request_id=f"{{tag}}-{{step['n']}}-{{step['key']}}")
+                      request_id=f"{{tag}}-{{step['n']}}-{{step['key']}}", messages=messages)
         out = await self.route.generate(req)
         return list(out.token_ids), out.text
 
@@ -153,7 +156,8 @@ class Client:
             data = data[0] if isinstance(data, list) else data
             choice = (data.get("choices") or [data])[0]
             ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or data.get("output_ids")
-            return ids, choice.get("text", choice.get("content", data.get("text", "")))
+            message = choice.get("message") or {}   # a chat answer
+            return ids, choice.get("text", message.get("content", choice.get("content", data.get("text", ""))))
         if KIND == "sglang":
             root = BASE_URL[:-3] if BASE_URL.endswith("/v1") else BASE_URL
             body = {{"input_ids": step["prompt_ids"], "sampling_params": {{"max_new_tokens": n, "temperature": 0}},
@@ -162,22 +166,26 @@ class Client:
             r.raise_for_status()
             data = r.json()
             return data.get("output_ids"), data.get("text", "")
-        body = {{"model": MODEL, "prompt": step["prompt_ids"], "max_tokens": n, "temperature": 0,
-                 "return_token_ids": True, "stream": step["abort_ms"] is not None}}
+        chat = "messages" in step   # a chat request: the server applies its chat template
+        body = {{"model": MODEL, "max_tokens": n, "temperature": 0, "return_token_ids": True,
+                 "stream": step["abort_ms"] is not None}}
+        body.update({{"messages": step["messages"]}} if chat else {{"prompt": step["prompt_ids"]}})
+        url = f"{{BASE_URL}}/chat/completions" if chat else f"{{BASE_URL}}/completions"
+        text_of = (lambda c, part: (c.get(part) or {{}}).get("content") or "") if chat else (lambda c, _: c.get("text", ""))
         if body["stream"]:
             ids, text = [], ""
-            async with self.http.stream("POST", f"{{BASE_URL}}/completions", json=body) as r:
+            async with self.http.stream("POST", url, json=body) as r:
                 r.raise_for_status()
                 async for line in r.aiter_lines():
                     if line.startswith("data: ") and line != "data: [DONE]":
-                        choice = json.loads(line[6:])["choices"][0]
-                        text += choice.get("text", "")
-                        ids += choice.get("token_ids") or []
+                        choices = json.loads(line[6:]).get("choices") or [{{}}]
+                        text += text_of(choices[0], "delta")
+                        ids += choices[0].get("token_ids") or []
             return ids or None, text
-        r = await self.http.post(f"{{BASE_URL}}/completions", json=body)
+        r = await self.http.post(url, json=body)
         r.raise_for_status()
         choice = r.json()["choices"][0]
-        return choice.get("token_ids"), choice.get("text", "")
+        return choice.get("token_ids"), text_of(choice, "message")
 
     async def close(self):
         await self.http.aclose()

@@ -14,7 +14,9 @@ leaves garbled output that names no source). A mismatch is not attributed at all
 serial reference neither equals the AR baseline's output nor reproduces on a second serial
 run: on a server shared with other traffic the "serial" reference was itself made in a mixed
 batch, and comparing with it says nothing about who leaked into whom. A server without token
-ids is judged on its text (fixtures/routes/textlevel.py); the findings say so.
+ids is judged on its text (fixtures/routes/textlevel.py); the findings say so. When both routes declare
+chat, half of the canary conversations are chat items (stressors/conftest.py): multi-turn sessions sharing
+the long prefix, sent as messages so an HTTP server's chat template builds them, and attributed alike.
 """
 from __future__ import annotations
 
@@ -70,8 +72,12 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
             findings.add(failure_finding(run, check="mixing", route=candidate.name, what="mixing load"))
     after = candidate.acceptance()
     sent = sum(len(r.outcomes) for r in runs)
-    witness.cover(findings, "mixing", could_detect=f"another request's context in an answer: a 1% per-request mixing "
-                                                   f"rate shows in {sent} requests with P={1 - 0.99 ** sent:.2f}")
+    chats = sum(workload.get(o.key).chat for r in runs for o in r.outcomes)
+    chat_note = (f"; {chats} of them chat requests through the route's chat template" if chats else
+                 "; no chat requests (a route lacks chat: the chat template path is not verified under load)")
+    witness.cover(findings, "mixing", counts={"chat requests": chats},
+                  could_detect=f"another request's context in an answer: a 1% per-request mixing rate shows in "
+                               f"{sent} requests with P={1 - 0.99 ** sent:.2f}{chat_note}")
     stopped = [line for run in runs for line in early_stops(run.outcomes, refs)]
     if stopped:
         findings.add(Finding(

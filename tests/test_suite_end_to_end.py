@@ -47,9 +47,11 @@ def test_planted_divergence_fails_naming_prompt_and_position(tmp_path):
     assert result.returncode == 1, result.stdout[-3000:]
     failed = report["checks"]["greedy"].get("failed", 0)
     assert failed >= 3
-    assert report["findings_accounting"] == {"recorded": failed, "received": failed, "lost": 0}
+    chat = report["checks"]["chat"].get("failed", 0)   # the plant hits the chat shape of test_greedy.py too
+    assert chat >= 1
+    assert report["findings_accounting"] == {"recorded": failed + chat, "received": failed + chat, "lost": 0}
     for finding in report["findings"]:
-        assert finding["check"] == "greedy" and finding["severity"] == "bug"
+        assert finding["check"] in ("greedy", "chat") and finding["severity"] == "bug"
         assert finding["details"]["divergence"]["position"] == 5
         assert finding["prompt_id"] in finding["test_id"]
     summary = (next((tmp_path / "out").glob("*/summary.md"))).read_text()
