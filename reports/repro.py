@@ -102,7 +102,7 @@ def answer(body):
         body = body[0]
     choice = (body.get("choices") or [body])[0]
     ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or body.get("output_ids")
-    message = choice.get("message") or {}   # a chat answer
+    message = choice.get("message") or {{}}   # a chat answer
     text = choice.get("text", message.get("content", choice.get("content", body.get("text", ""))))
     return ids, text
 

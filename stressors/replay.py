@@ -156,7 +156,7 @@ class Client:
             data = data[0] if isinstance(data, list) else data
             choice = (data.get("choices") or [data])[0]
             ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or data.get("output_ids")
-            message = choice.get("message") or {}   # a chat answer
+            message = choice.get("message") or {{}}   # a chat answer
             return ids, choice.get("text", message.get("content", choice.get("content", data.get("text", ""))))
         if KIND == "sglang":
             root = BASE_URL[:-3] if BASE_URL.endswith("/v1") else BASE_URL
