@@ -21,7 +21,7 @@ from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Request, ResponseFormat
-from spec_route_suite.fixtures.routes.errors import FeatureUnsupported
+from spec_route_suite.fixtures.routes.errors import FeatureUnsupported, RouteMalformed
 from spec_route_suite.fixtures.routes.openai import OpenAIRoute, SGLangRoute
 from spec_route_suite.fixtures.routes.spec import RouteSpec, parse_route_uri
 from spec_route_suite.fixtures.session import RouteHandle
@@ -159,6 +159,17 @@ def test_openai_n_choices_parsed_in_index_order_with_body_usage():
     out = route._parse_choices(body, greedy((1,), n=2), latency_s=0.1)
     assert [c.token_ids for c in out.choices] == [(3, 4), (5, 6)] and out.token_ids == (3, 4)
     assert out.usage_completion_tokens == 4
+
+
+def test_usage_of_n_choices_is_bounded_by_n_times_max_tokens():
+    """vLLM bills the sum over the n choices (found on vLLM for CPU: 4 x 24 = 96 was called malformed)."""
+    route = OpenAIRoute(RouteSpec(name="c", kind="openai", model="m", base_url="http://127.0.0.1:9/v1"))
+    choices = [{"index": i, "text": "ab", "token_ids": [3, 4], "finish_reason": "length"} for i in range(4)]
+    req = greedy((1,), n=4, max_tokens=2)
+    out = route._parse_choices({"choices": choices, "usage": {"completion_tokens": 8}}, req, latency_s=0.1)
+    assert out.usage_completion_tokens == 8 and len(out.choices) == 4
+    with pytest.raises(RouteMalformed, match=r"usage.completion_tokens=9 is above max_tokens=2 x n=4"):
+        route._parse_choices({"choices": choices, "usage": {"completion_tokens": 9}}, req, latency_s=0.1)
 
 
 def test_a_400_from_a_real_server_is_not_supported_not_a_pass(loop):
