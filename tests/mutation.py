@@ -84,12 +84,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("soft_q_for_argmax_draft", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("draft_temperature_ignored", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("top_p_one_side", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "p0.9")),
+    # min_p acts only at its own grid point (T=1.6, top_k 20, min_p 0.05: the tail it cuts is 2-9% of the mass);
+    # n_shared_stream's copies reach the same tests through the n=4 samples pooled into every grid point
+    Mutant("min_p_draft_only", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "m0.05")),
+    Mutant("n_shared_stream", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     # request features (equivalence/test_features.py): one run, each fault caught by the test for its feature
     Mutant("penalty_bonus_only", "features"),
     Mutant("logit_bias_draft_ignored", "features"),
     Mutant("min_tokens_eos_in_block", "features"),
     Mutant("n_shared_stream", "features"),
     Mutant("grammar_first_only", "features"),
+    Mutant("grammar_first_only", "features", args=("-k", "json_schema")),   # the same mask under a json_schema
 )
 
 
