@@ -5,13 +5,16 @@ the route's false-alarm rate over the grid is <= alpha. A failure is reported on
 look confirms it (cumulative samples); the finding also carries the gate's p-value on the fresh
 samples alone, the prompts BH points at, their bins and
 counts, and the smallest TV shift this budget could have seen (also recorded when it passes).
-A grid point that needs a request feature (min_p) is probed first on both routes: a candidate that
-refuses it gets that point "not supported by this route" in the coverage table (never a pass). On
+The grid point with min_p probes it first on both routes; when either refuses it, the point runs
+without min_p and the coverage table's `distribution: min_p` row says "not supported by this route"
+(the candidate refused) or "not verified" (the baseline did), never a pass. On
 a candidate with capability `n`, half its samples come from n=4 requests pooled with the single
 ones (equivalence/distribution.py RouteArm); a usage.completion_tokens that is not the sum over
 the choices is a finding.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -37,8 +40,7 @@ BUDGET_NOTE = ("the smallest TV shift (per prompt, worst direction) this budget 
 def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, tokenizer, fitted_prompts, suite_config,
                                findings):
     records = suite_prompts(suite_config.categories, suite_config.prompt_limit)
-    part = setting.name if setting.min_p else ""   # a grid point that needs a feature is its own coverage row
-    _require_setting(setting, baseline, candidate, fitted_prompts.ids(records[0], 1), findings, part=part)
+    setting, min_p_refusal = _min_p_supported(setting, baseline, candidate, fitted_prompts.ids(records[0], 1))
     run = plan_route_run(baseline=baseline, candidate=candidate,
                          records=records,
                          encode=fitted_prompts.ids, tokenizer=tokenizer, suite_config=suite_config, setting=setting,
@@ -60,7 +62,7 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
         "stopped": result.stopped, "alpha_this_setting": result.alpha, "seed": suite_config.seed,
         "min_detectable_tv": budget.min_detectable_tv, "min_detectable_tv_note": BUDGET_NOTE,
         "score_based_families": run.scorer is not None, "serial_route": run.serial, **level_details(run.text_level),
-        "candidate_samples_from_n_choices": arms["candidate"].pooled,
+        "candidate_samples_from_n_choices": arms["candidate"].pooled, "n_choices_refused": arms["candidate"].n_refused,
     }
     findings.measure("distribution_budget", **summary)
     if run.text_level:
@@ -72,9 +74,11 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
                         "samples per arm": result.samples_used * len(run.prompt_ids)},
                    could_detect=f"{setting.name}: TV >= {detectable:.3f} per prompt (power {budget.power})"
                                 + (f"; {arms['candidate'].pooled} samples from n={N_CHOICES} requests pooled in"
-                                   if arms["candidate"].pooled else ""), part=part,
+                                   if arms["candidate"].pooled else ""),
                    reason=(f"{setting.name}: minimum detectable TV {detectable:.3f} is above --detect-tv {wanted}"
                            + (" (a serial route's capped budget)" if run.serial else "")))
+    _cover_min_p(findings, setting, candidate.name, min_p_refusal, verified=detectable <= wanted,
+                 could_detect=f"min_p / top_k applied on one side only ({setting.name}: TV >= {detectable:.3f})")
     _usage_summed(arms["candidate"], setting, findings)
     inconsistent = result.evidence.baseline_inconsistent
     if inconsistent:
@@ -115,19 +119,32 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
         pytrace=False)
 
 
-def _require_setting(setting, baseline, candidate, prompt_ids, findings, *, part: str) -> None:
-    """Probe the setting's request features (min_p) on both routes; a refusal skips the setting, and the
-    candidate's own refusal is "not supported by this route" in the coverage table."""
+def _min_p_supported(setting, baseline, candidate, prompt_ids) -> tuple[SamplingSetting, Refusal | None]:
+    """The setting to run: as given when both routes accept its min_p (probed with one token), else
+    the same point without min_p, and the refusal."""
     req = setting_probe(prompt_ids, setting)
     if req is None:
-        return
+        return setting, None
     for handle in (baseline, candidate):
         answer = probe(handle, req, "min_p")
         if isinstance(answer, Refusal):
-            if handle is candidate:
-                findings.cover("distribution", candidate.name, verified=False, supported=False, part=part,
-                               reason=answer.describe(), could_detect=f"{setting.name}: min_p / top_k applied on one side")
-            pytest.skip(f"not verified: {setting.name}: {answer.describe()}")
+            return replace(setting, min_p=0.0), answer
+    return setting, None
+
+
+def _cover_min_p(findings, setting, route: str, refusal: Refusal | None, *, verified: bool, could_detect: str) -> None:
+    """The `distribution: min_p` row: verified with this point's budget, not supported when the candidate
+    refused min_p, not verified when the baseline did."""
+    if refusal is None and not setting.min_p:
+        return
+    if refusal is not None:
+        ours = refusal.route == route
+        findings.cover("distribution", route, verified=False, supported=not ours, part="min_p",
+                       could_detect=could_detect,
+                       reason=refusal.describe() if ours else f"the baseline refuses min_p: {refusal.describe()}")
+        return
+    findings.cover("distribution", route, verified=verified, part="min_p", could_detect=could_detect,
+                   reason="" if verified else f"{setting.name}: the budget misses --detect-tv (see the distribution row)")
 
 
 def _usage_summed(arm: RouteArm, setting, findings) -> None:

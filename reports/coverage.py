@@ -97,11 +97,13 @@ def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[An
         fields = {k: raw[k] for k in CoverageRecord.__dataclass_fields__ if k in raw}
         record = CoverageRecord(**fields)
         by_key[(record.check, record.part, record.route)].append(record)
-    where_tests_ran = {raw.get("test_id"): (raw.get("part", ""), raw.get("route")) for raw in records}
+    where_tests_ran: dict[Any, set[tuple[str, Any]]] = defaultdict(set)   # a test may state several parts
+    for raw in records:
+        where_tests_ran[raw.get("test_id")].add((raw.get("part", ""), raw.get("route")))
     tests: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for outcome in outcomes:
-        part, route = where_tests_ran.get(outcome.nodeid) or ("", None)
-        tests[(outcome.check, part, route or _route_of(outcome.nodeid, candidates))].append(outcome)
+        for part, route in where_tests_ran.get(outcome.nodeid) or {("", None)}:
+            tests[(outcome.check, part, route or _route_of(outcome.nodeid, candidates))].append(outcome)
     rows: list[CoverageRow] = []
     for family in FAMILIES:
         keys = sorted({k for k in (*by_key, *tests) if k[0] == family},

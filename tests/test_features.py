@@ -286,3 +286,16 @@ def test_distribution_arm_pools_n_choices_and_checks_their_usage(loop, ref, prom
         assert bool(arm.usage_problems) == expect_problems, arm.usage_problems
     plain = RouteArm(RouteHandle(ref, ref.spec, loop, 120), [prompts["chat-00"]], tokens=5)
     assert len(plain.draw(0, GRID[0], 18, seed=7)) == 18 and plain.pooled == 0
+    refusing = RouteArm(RouteHandle(RefusesN(ref), ref.spec, loop, 120), [prompts["chat-00"]], tokens=5,
+                        n_choices=N_CHOICES)
+    assert len(refusing.draw(0, GRID[0], 18, seed=7)) == 18 and refusing.pooled == 0
+    assert "feature:n" in refusing.n_refused and refusing.n_choices == 0, refusing.n_refused
+
+
+class RefusesN(MisSummedUsage):
+    """A route that declares capability n but answers n > 1 with its documented refusal."""
+
+    async def generate(self, req: Request):
+        if req.n > 1:
+            raise FeatureUnsupported("n", route=self.inner.name, request_id=req.request_id, why="batch 1 only")
+        return await self.inner.generate(req)
