@@ -37,15 +37,19 @@ from spec_route_suite.fixtures.routes.textlevel import is_text_level, retokenize
 from spec_route_suite.fixtures.routes.timing import unwrap
 from spec_route_suite.progress import track
 
-# The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
+# The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; a high
 # temperature, where temperature-handling bugs are largest and a sharp model still has entropy to
 # show (on the embedded pair, "draft ignores temperature" moves 6-15% TV per prompt at T=1.5 and
-# 1-5% at T=0.7). The high temperature also carries min_p and a small top_k, the only place the
-# pair's tail is heavy enough for them to act (at T=1.0 min_p 0.05 and top_k 20 drop < 0.1% of the
-# first token's mass, at T=1.5 2.6% and 1.0%): min_p is a request feature, probed per route, and a
-# route that refuses it runs this point without it (tests/test_distribution.py).
+# 1-5% at T=0.7); and min_p with a small top_k at a high temperature, the only place the pair's tail
+# is heavy enough for them to act (at T=1.0 min_p 0.05 and top_k 20 drop < 0.1% of the first
+# token's mass, at T=1.5 2.6% and 1.0%). min_p is a request feature, probed per route; a route that
+# refuses it runs this point without it (tests/test_distribution.py).
 GRID = (SamplingSetting("T1.0", 1.0), SamplingSetting("T0.7-p0.9-k50", 0.7, top_p=0.9, top_k=50),
-        SamplingSetting("T1.5-k20-m0.05", 1.5, top_k=20, min_p=0.05))
+        SamplingSetting("T1.5", 1.5), SamplingSetting("T1.6-k20-m0.05", 1.6, top_k=20, min_p=0.05))
+# The min_p point samples fewer prompts on fast routes (its cost is the default run's budget: 20 prompts
+# took 134 s of a worker on 2 loaded cores). Per prompt the planner keeps --detect-tv at power 0.9;
+# fewer prompts only means fewer contexts.
+MIN_P_PROMPTS = 6
 N_CHOICES = 4        # a candidate with capability `n` draws part of its samples as n=4 requests
 N_POOLED_SHARE = 2   # 1/2 of the candidate's samples per look (rounded down to whole requests)
 POWER = 0.9
@@ -469,7 +473,7 @@ def plan_route_run(*, baseline, candidate, records, encode, tokenizer, suite_con
     if scorer is not None and not scorer.full_vocabulary():
         scorer = None  # the score-based families need the whole distribution; the gate does not
     selector = ProbabilityOracle(scorer, setting) if scorer else None
-    count = min(len(records), SERIAL_PROMPTS if serial else FAST_PROMPTS)
+    count = min(len(records), SERIAL_PROMPTS if serial else (MIN_P_PROMPTS if setting.min_p else FAST_PROMPTS))
     chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(records))] if selector else None,
                             count, categories=[r.category for r in records])
     prompt_ids = [all_ids[i] for i in chosen]

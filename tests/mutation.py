@@ -80,15 +80,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("logprobs_from_draft", "logprobs"),
     Mutant("cross_context_mixing", "mixing", options=(("mix_rate", "0.1"),)),
     Mutant("kv_slot_swap", "mixing", options=(("mix_rate", "0.25"),)),  # a swap needs company at its step
-    # Each statistical fault on the grid point where it acts (T=1.5 shows the first four, and min_p exists only
-    # there; top-p exists only at T=0.7/top-p 0.9), at the budget of DISTRIBUTION_ARGS (TV 0.1, 14 prompts/category).
+    # Each statistical fault on the grid point where it acts (T=1.5 shows the first four; top-p exists only at
+    # T=0.7/top-p 0.9, min_p only at T=1.6/top-k 20/min-p 0.05), at the budget of DISTRIBUTION_ARGS (TV 0.1,
+    # 14 prompts/category).
     Mutant("residual_from_p", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("bonus_from_q", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("soft_q_for_argmax_draft", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("draft_temperature_ignored", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("top_p_one_side", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "p0.9")),
     # n_shared_stream's copies reach the same tests through the n=4 samples pooled into every grid point
-    Mutant("min_p_draft_only", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
+    Mutant("min_p_draft_only", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "m0.05")),
     Mutant("n_shared_stream", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     # request features (equivalence/test_features.py): one run, each fault caught by the test for its feature
     Mutant("penalty_bonus_only", "features"),
