@@ -24,6 +24,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from spec_route_suite.equivalence.features import REFUSAL_STATUS
 from spec_route_suite.equivalence.stats.families import GATE, Evidence, family_weights
 from spec_route_suite.equivalence.stats.multiple import holm
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle, covers_vocabulary, rows_from_top
@@ -31,17 +32,26 @@ from spec_route_suite.equivalence.stats.planner import Budget, plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialHypothesis, SequentialPlan
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
 from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.fixtures.routes.errors import FeatureUnsupported, RouteError, RouteHTTPError, RouteMalformed
 from spec_route_suite.fixtures.routes.textlevel import is_text_level, retokenize
 from spec_route_suite.fixtures.routes.timing import unwrap
 from spec_route_suite.progress import track
 
-# The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; and a high
+# The sampling grid: plain sampling; the truncated setting where top-k/top-p bugs live; a high
 # temperature, where temperature-handling bugs are largest and a sharp model still has entropy to
 # show (on the embedded pair, "draft ignores temperature" moves 6-15% TV per prompt at T=1.5 and
-# 1-5% at T=0.7).
+# 1-5% at T=0.7); and min_p with a small top_k at a high temperature, the only place the pair's tail
+# is heavy enough for them to act (at T=1.0 min_p 0.05 and top_k 20 drop < 0.1% of the first
+# token's mass, at T=1.5 2.6% and 1.0%). min_p is a request feature, probed per route; a route that
+# refuses it runs this point without it (tests/test_distribution.py).
 GRID = (SamplingSetting("T1.0", 1.0), SamplingSetting("T0.7-p0.9-k50", 0.7, top_p=0.9, top_k=50),
-        SamplingSetting("T1.5", 1.5))
+        SamplingSetting("T1.5", 1.5), SamplingSetting("T1.6-k20-m0.05", 1.6, top_k=20, min_p=0.05))
+# The min_p point samples fewer prompts on fast routes (its cost is the default run's budget: 20 prompts
+# took 134 s of a worker on 2 loaded cores). Per prompt the planner keeps --detect-tv at power 0.9;
+# fewer prompts only means fewer contexts.
+MIN_P_PROMPTS = 6
+N_CHOICES = 4        # a candidate with capability `n` draws part of its samples as n=4 requests
+N_POOLED_SHARE = 2   # 1/2 of the candidate's samples per look (rounded down to whole requests)
 POWER = 0.9
 DEFAULT_DRAFT_TOKENS = 4  # when the candidate does not say: vLLM's and transformers' usual k
 # Prompts per run. Fast routes (batched or concurrent): 20 prompts x ~970 samples per arm see a 5%
@@ -171,7 +181,15 @@ def _draw_look(baseline: Arm, candidate: Arm, evidence: Evidence, progress, *, p
 
 def _request(prompt_ids: Sequence[int], setting: SamplingSetting, tokens: int, seed: int | None, tag: str) -> Request:
     return Request(prompt_ids=tuple(prompt_ids), max_tokens=tokens, temperature=setting.temperature,
-                   top_p=setting.top_p, top_k=setting.top_k, seed=seed, request_id=tag)
+                   top_p=setting.top_p, top_k=setting.top_k, min_p=setting.min_p, seed=seed, request_id=tag)
+
+
+def setting_probe(prompt_ids: Sequence[int], setting: SamplingSetting) -> Request | None:
+    """A one-token request with the setting's request features (min_p), to probe a route's support
+    before sampling; None when the setting uses none."""
+    if setting.min_p <= 0.0:
+        return None
+    return _request(prompt_ids, setting, 1, 0, f"dist-probe-{setting.name}")
 
 
 def _plain_hf(route) -> bool:
@@ -184,10 +202,17 @@ def _plain_hf(route) -> bool:
 class RouteArm:
     """Samples from a route: its own `sample_n(req, n)` when it has one and declares capability `n`, a
     batched transformers call for plain AR hf routes, concurrent requests for routes that batch
-    them, else one request at a time."""
+    them, else one request at a time.
+
+    With `n_choices` (the candidate on a route with capability `n`), half of each draw comes from
+    OpenAI n=`n_choices` requests, pooled with the single draws: choices that share a random stream
+    are copies, which the count and score tests see as samples far from independent. Each answer's
+    usage.completion_tokens must be the sum over its choices; a mis-sum is kept in `usage_problems`.
+    A route with `sample_n` gets one real n-choice request per draw (its usage checked) and the rest
+    from `sample_n` with req.n set (the choices of n / req.n requests, in its own fast batch)."""
 
     def __init__(self, handle, prompt_ids: Sequence[Sequence[int]], *, tokens: int, text_level: bool = False,
-                 tokenizer=None):
+                 tokenizer=None, n_choices: int = 0):
         self.handle = handle
         self.text_level, self.tokenizer = text_level, tokenizer
         self.name = handle.name
@@ -199,11 +224,69 @@ class RouteArm:
         self.concurrent = bool(getattr(route.capabilities, "concurrency", False))
         self.serial = not (self._sample_n or self._batched_hf or self.concurrent)
         self.requests = 0
+        self.n_choices = n_choices if route.capabilities.has("n") else 0
+        self.pooled = 0                       # samples that came from n-choice requests
+        self.usage_problems: list[str] = []
+        self.n_refused = ""                   # the route's refusal of n > 1 (then every sample is single)
 
     def draw(self, prompt: int, setting: SamplingSetting, n: int, seed: int) -> list[tuple[int, ...]]:
         ids = self.prompt_ids[prompt]
         tag = f"dist-{self.name}-{setting.name}-{prompt}"
         base = _request(ids, setting, self.tokens, seed if self.handle.capabilities.seed else None, tag)
+        pooled = (n // N_POOLED_SHARE) // self.n_choices * self.n_choices if self.n_choices else 0
+        if pooled:
+            seeds = np.random.SeedSequence(seed).spawn(1)[0].generate_state(2, np.uint64)
+            try:
+                choices = self._draw_choices(base, pooled, int(seeds[0]) & MAX_SEED)
+            except (FeatureUnsupported, RouteHTTPError) as exc:
+                if isinstance(exc, RouteHTTPError) and exc.status not in REFUSAL_STATUS:
+                    raise
+                self.n_choices, self.n_refused = 0, str(exc)[:300]   # a refusal: every sample single from now on
+                return self._draw_single(base, n, seed)
+            return choices + self._draw_single(base, n - pooled, int(seeds[1]) & MAX_SEED)
+        return self._draw_single(base, n, seed)
+
+    def _draw_choices(self, base: Request, n: int, seed: int) -> list[tuple[int, ...]]:
+        """n samples as n / n_choices requests with n=n_choices, concurrently (each its own seed)."""
+        if self._sample_n is not None and n > self.n_choices:
+            sent_seed, rest_seed = (int(s) & MAX_SEED for s in np.random.SeedSequence(seed).generate_state(2, np.uint64))
+            first = self._draw_choices_sent(base, self.n_choices, sent_seed)
+            rest = self._sample_n(replace(base, n=self.n_choices, seed=rest_seed if base.seed is not None else None),
+                                  n - self.n_choices)
+            samples = first + self._from_ids([tuple(s) for s in self.handle.run(rest)])
+            self.pooled += n - self.n_choices
+            return samples
+        return self._draw_choices_sent(base, n, seed)
+
+    def _draw_choices_sent(self, base: Request, n: int, seed: int) -> list[tuple[int, ...]]:
+        """n samples as n / n_choices requests sent to the route, each checked for its choices and usage."""
+        seeds = np.random.SeedSequence(seed).generate_state(n // self.n_choices, np.uint64) & np.uint64(MAX_SEED)
+        reqs = [replace(base, n=self.n_choices, seed=int(s) if base.seed is not None else None,
+                        request_id=f"{base.request_id}-n{i}") for i, s in enumerate(seeds)]
+        self.requests += len(reqs)
+        outs = self.handle.generate_concurrently(reqs, concurrency=max(1, CONCURRENCY // self.n_choices))
+        errors = [o for o in outs if isinstance(o, RouteError)]
+        if errors:
+            raise errors[0]
+        samples = []
+        for req, out in zip(reqs, outs):
+            choices = out.choices or (out,)
+            if len(choices) != self.n_choices:
+                raise RouteMalformed(f"asked for n={self.n_choices} choices, got {len(choices)}", route=self.name,
+                                     request_id=req.request_id)
+            total = sum(len(c.token_ids) for c in choices)
+            if out.usage_completion_tokens is not None and out.usage_completion_tokens != total:
+                self.usage_problems.append(f"{req.request_id}: usage.completion_tokens {out.usage_completion_tokens} "
+                                           f"for {total} tokens in {len(choices)} choices")
+            samples += [self._outcome(c) for c in choices]
+        self.pooled += len(samples)
+        return samples
+
+    def _draw_single(self, base: Request, n: int, seed: int) -> list[tuple[int, ...]]:
+        tag = base.request_id
+        if n <= 0:
+            return []
+        base = replace(base, seed=seed if base.seed is not None else None)
         if self._sample_n is not None:
             return self._from_ids([tuple(s) for s in self.handle.run(self._sample_n(base, n))])
         if self._batched_hf:
@@ -390,7 +473,7 @@ def plan_route_run(*, baseline, candidate, records, encode, tokenizer, suite_con
     if scorer is not None and not scorer.full_vocabulary():
         scorer = None  # the score-based families need the whole distribution; the gate does not
     selector = ProbabilityOracle(scorer, setting) if scorer else None
-    count = min(len(records), SERIAL_PROMPTS if serial else FAST_PROMPTS)
+    count = min(len(records), SERIAL_PROMPTS if serial else (MIN_P_PROMPTS if setting.min_p else FAST_PROMPTS))
     chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(records))] if selector else None,
                             count, categories=[r.category for r in records])
     prompt_ids = [all_ids[i] for i in chosen]

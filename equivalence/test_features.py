@@ -35,6 +35,22 @@ N = 4
 SAMPLED_TOKENS = 24
 JSON_TOKENS = 48
 JSON_CONCURRENCY = 8
+# what each feature's row in the coverage table could detect (reports/coverage.py, one row per feature)
+DETECTS = {
+    "repetition_penalty": "penalty dropped or applied to the bonus token only (answer unchanged or repeating as "
+                          "much); greedy divergence under the penalty",
+    "frequency_penalty": "penalty dropped or applied to the bonus token only; greedy divergence under the penalty",
+    "presence_penalty": "penalty dropped or applied to the bonus token only; greedy divergence under the penalty",
+    "logit_bias": "bias skipped at draft positions (a -100 token appears, a +100 token does not lead); greedy "
+                  "divergence under the bias",
+    "min_tokens": "EOS inside an accepted block before min_tokens; wrong finish_reason or usage; greedy divergence",
+    "n": "n=4 greedy choices unlike the baseline's answer; sampled choices copying one random stream; usage not "
+         "summed over the choices",
+    "response_format json_object": "answers that are not one JSON object; greedy divergence; answers changing or "
+                                   "the engine dying with 8 in flight",
+    "response_format json_schema": "answers not matching the schema; greedy divergence; answers changing or the "
+                                   "engine dying with 8 in flight",
+}
 
 
 def _pool(tokenizer, suite_config) -> list[tuple[str, tuple[int, ...]]]:
@@ -48,18 +64,30 @@ def _plain(route, prompt_id: str, prompt_ids, *, max_tokens: int, tag: str, **kw
     return req, route.generate(req)
 
 
-def _supported(route, req: Request, feature: str, findings) -> Completion:
+def _covers(findings, candidate, part: str) -> None:
+    """This test's row of the coverage table (features: PART on the candidate). Its outcome decides the
+    status: passed -> verified, failed -> failed, skipped -> not verified, unless the candidate refused
+    the feature (`_not_supported`: not supported by this route)."""
+    findings.cover("features", candidate.name, verified=True, part=part, could_detect=DETECTS[part])
+
+
+def _supported(route, req: Request, feature: str, findings, *, part: str | None = None) -> Completion:
     """The route's answer to a feature request, or skip as not verified when it refuses the feature."""
     answer = probe(route, req, feature)
     if isinstance(answer, Refusal):
-        _not_supported(findings, answer)
+        _not_supported(findings, answer, part=part)
     findings.measure("feature_support", feature=feature, route=route.name, supported=True)
     return answer
 
 
-def _not_supported(findings, refusal: Refusal) -> None:
+def _not_supported(findings, refusal: Refusal, *, part: str | None = None) -> None:
+    """Skip as not verified; when `part` is given the refusing route is the one under test, and its row
+    of the coverage table says "not supported by this route" (listed, never a pass)."""
     findings.measure("feature_support", feature=refusal.feature, route=refusal.route, supported=False,
                      why=refusal.why)
+    if part is not None:
+        findings.cover("features", refusal.route, verified=False, supported=False, part=part,
+                       could_detect=DETECTS[part], reason=refusal.describe())
     pytest.skip(f"not verified: {refusal.describe()}")
 
 
@@ -118,6 +146,7 @@ def parity(findings, baseline, candidate, tokenizer, suite_config, calibration, 
 def test_penalty_acts_and_matches(feature, baseline, candidate, tokenizer, suite_config, findings, parity):
     """On a pool prompt whose 40-token continuation (ignore_eos) the penalty visibly de-repeats on the
     baseline, it must do the same on the candidate (changed, repeating less), token for token."""
+    _covers(findings, candidate, feature)
     problems, unchanged = [], 0
     for pid, ids in _pool(tokenizer, suite_config):
         req, base_plain = _plain(baseline, pid, ids, max_tokens=PENALTY_TOKENS, tag="penalty", ignore_eos=True)
@@ -136,7 +165,7 @@ def test_penalty_acts_and_matches(feature, baseline, candidate, tokenizer, suite
         pytest.skip(f"not verified: {feature}: on no pool prompt did it reduce the baseline's repetition "
                     f"({'; '.join(problems)})")
     findings.measure("feature_support", feature=feature, route=baseline.name, supported=True)
-    actual = _supported(candidate, penalised, feature, findings)
+    actual = _supported(candidate, penalised, feature, findings, part=feature)
     plain = candidate.generate(req)
     problem = penalty_effect(feature=feature, plain=plain, penalised=actual, prompt_ids=req.prompt_ids)
     if problem:
@@ -148,6 +177,7 @@ def test_penalty_acts_and_matches(feature, baseline, candidate, tokenizer, suite
 @pytest.mark.parametrize("direction", ["ban", "boost"])
 def test_logit_bias_acts_and_matches(direction, baseline, candidate, tokenizer, suite_config, findings, parity):
     """-100 on the baseline's first greedy token: it never appears; +100 on a rare token: it comes first."""
+    _covers(findings, candidate, "logit_bias")
     pid, ids = _pool(tokenizer, suite_config)[0]
     req, plain = _plain(baseline, pid, ids, max_tokens=SHORT_TOKENS, tag="bias")
     if not plain.token_ids:
@@ -159,7 +189,7 @@ def test_logit_bias_acts_and_matches(direction, baseline, candidate, tokenizer, 
         token = rare_token(tokenizer, avoid=plain.token_ids, decode=tokenizer.decode)
         biased = with_feature(req, logit_bias=((token, BOOST_BIAS),), max_tokens=8)
     expected = _supported(baseline, biased, "logit_bias", findings)
-    actual = _supported(candidate, biased, "logit_bias", findings)
+    actual = _supported(candidate, biased, "logit_bias", findings, part="logit_bias")
     for route, answer in ((baseline, expected), (candidate, actual)):
         problem = (banned_effect(banned=token, out=answer) if direction == "ban"
                    else boosted_effect(boosted=token, out=answer))
@@ -171,6 +201,7 @@ def test_logit_bias_acts_and_matches(direction, baseline, candidate, tokenizer, 
 
 def test_min_tokens_acts_and_matches(baseline, candidate, tokenizer, suite_config, findings, parity, eos_token_id):
     """min_tokens 8 past the baseline's natural EOS: no stop before it, finish_reason and usage right."""
+    _covers(findings, candidate, "min_tokens")
     if eos_token_id is None:
         pytest.skip("not verified: min_tokens: the tokenizer has no EOS token")
     for pid, ids in _pool(tokenizer, suite_config):
@@ -182,7 +213,7 @@ def test_min_tokens_acts_and_matches(baseline, candidate, tokenizer, suite_confi
     natural = len(plain.token_ids)
     longer = with_feature(req, min_tokens=natural + 8, max_tokens=natural + 16)
     expected = _supported(baseline, longer, "min_tokens", findings)
-    actual = _supported(candidate, longer, "min_tokens", findings)
+    actual = _supported(candidate, longer, "min_tokens", findings, part="min_tokens")
     for route, answer in ((baseline, expected), (candidate, actual)):
         problem = min_tokens_effect(out=answer, min_tokens=longer.min_tokens, max_tokens=longer.max_tokens,
                                     stop_ids={eos_token_id})
@@ -194,10 +225,11 @@ def test_min_tokens_acts_and_matches(baseline, candidate, tokenizer, suite_confi
 
 def test_n_greedy_choices_match_baseline(baseline, candidate, tokenizer, suite_config, findings):
     """n=4 at temperature 0: four answers, each the baseline's (n=1) answer; usage sums the four."""
+    _covers(findings, candidate, "n")
     pid, ids = _pool(tokenizer, suite_config)[0]
     req, plain = _plain(baseline, pid, ids, max_tokens=SHORT_TOKENS, tag="n")
     many = with_feature(req, n=N)
-    answer = _supported(candidate, many, "n", findings)
+    answer = _supported(candidate, many, "n", findings, part="n")
     problem = n_greedy_effect(out=answer, n=N, expected=plain.token_ids)
     if problem:
         _ignored(findings, route=candidate, feature="n", problem=problem, req=many,
@@ -208,11 +240,12 @@ def test_n_greedy_choices_match_baseline(baseline, candidate, tokenizer, suite_c
 def test_n_sampled_choices_are_independent(baseline, candidate, tokenizer, suite_config, findings):
     """n=4 at T=1: four identical answers are a finding when, were the choices independent, the other
     three would repeat the first with probability p(first)^3 < alpha (p from the baseline's scoring)."""
+    _covers(findings, candidate, "n")
     baseline.require("prompt_logprobs")
     pid, ids = _pool(tokenizer, suite_config)[0]
     many = Request(prompt_ids=tuple(ids), max_tokens=SAMPLED_TOKENS, temperature=1.0, ignore_eos=True, n=N,
                    request_id=f"feature-n-sampled-{pid}")
-    answer = _supported(candidate, many, "n", findings)
+    answer = _supported(candidate, many, "n", findings, part="n")
     answers = [c.token_ids for c in answer.choices] or [answer.token_ids]
     if len(answers) != N:
         _ignored(findings, route=candidate, feature="n", problem=f"asked for n={N} choices, got {len(answers)}",
@@ -244,6 +277,7 @@ def test_structured_output_parses_matches_and_survives_load(kind, baseline, cand
                                                             findings, parity):
     """Every stopped answer is one JSON object (matching the schema), equal to the baseline's where it
     supports the format, and the same again with 8 requests in flight; the route is healthy after."""
+    _covers(findings, candidate, f"response_format {kind}")
     schema = None
     pool = _json_pool(tokenizer, suite_config)
     if kind == "json_schema":
@@ -255,7 +289,7 @@ def test_structured_output_parses_matches_and_survives_load(kind, baseline, cand
     fmt = ResponseFormat(kind, json.dumps(schema, sort_keys=True) if schema else "")
     requests = [Request(prompt_ids=ids, max_tokens=JSON_TOKENS, response_format=fmt,
                         request_id=f"feature-{kind}-{pid}") for pid, ids in pool]
-    serial = [_supported(candidate, r, "response_format", findings) for r in requests]
+    serial = [_supported(candidate, r, "response_format", findings, part=f"response_format {kind}") for r in requests]
     problems = [f"{r.request_id}: {p}" for r, out in zip(requests, serial)
                 if (p := json_answer_problem(out, schema=schema))]
     if problems:

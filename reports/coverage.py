@@ -11,9 +11,14 @@ Status of a (check, candidate) row:
 - verified: ran, passed, and could have detected its bug class here;
 - not verified: ran, but could not have detected it (the reason says why), or every test was skipped;
 - not applicable: the engine itself says the bug class cannot exist here (e.g. it has no prefix cache);
+- not supported by this route: the route refused a request feature the check needs (HTTP 400/422 or
+  its adapter's documented refusal): listed, not verified, never a pass (a route that accepts a
+  feature and ignores it fails instead);
 - failed: a test failed (the findings say what);
 - not run: deselected (-k, --categories, a test path) or never collected.
-A family is covered when it is verified (or not applicable) on at least one candidate.
+A family is covered when it is verified (or not applicable) on at least one candidate. A record may
+name a `part` of its family (a request feature, a grid point that needs one): each part is its own
+row and must be covered on its own (`features: n`, `distribution: T1.6-k20-m0.05`).
 """
 from __future__ import annotations
 
@@ -22,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 # Every check family the route suite has (pytest.mark.check in equivalence/ and stressors/).
-FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "chat", "seeds", "distribution", "mixing",
+FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "seeds", "distribution", "features", "chat", "mixing",
             "batch-invariance", "accuracy", "aborts", "prefix-cache")
 STRESSOR_FAMILIES = ("mixing", "batch-invariance", "accuracy", "aborts", "prefix-cache")
-VERIFIED, NOT_VERIFIED, NOT_APPLICABLE, FAILED, NOT_RUN = (
-    "verified", "not verified", "not applicable", "failed", "not run")
+VERIFIED, NOT_VERIFIED, NOT_APPLICABLE, NOT_SUPPORTED, FAILED, NOT_RUN = (
+    "verified", "not verified", "not applicable", "not supported by this route", "failed", "not run")
 ANY_ROUTE = "(all)"
 
 
@@ -39,8 +44,10 @@ class CoverageRecord:
     verified: bool
     ran: Mapping[str, float] = field(default_factory=dict)   # counts that add up across tests: prompts, tokens...
     could_detect: str = ""
-    reason: str = ""          # why not verified (or why not applicable)
+    reason: str = ""          # why not verified (or why not applicable, or the route's refusal)
     applicable: bool = True
+    part: str = ""            # a part of the family with its own row (a request feature), "" for the family
+    supported: bool = True    # False: the route refused the feature this part needs
 
     def as_measurement(self) -> dict[str, Any]:
         return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(self).items()}
@@ -54,6 +61,7 @@ class CoverageRow:
     could_detect: str
     status: str
     why: str
+    part: str = ""
 
     @property
     def covers(self) -> bool:
@@ -84,29 +92,37 @@ def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[An
                   candidates: Sequence[str]) -> list[CoverageRow]:
     """The coverage table: one row per (family, candidate) that ran, one "not run" row per absent family."""
     records = list(records)
-    by_key: dict[tuple[str, str], list[CoverageRecord]] = defaultdict(list)
+    by_key: dict[tuple[str, str, str], list[CoverageRecord]] = defaultdict(list)
     for raw in records:
         fields = {k: raw[k] for k in CoverageRecord.__dataclass_fields__ if k in raw}
         record = CoverageRecord(**fields)
-        by_key[(record.check, record.route)].append(record)
-    routes_of_tests = {raw.get("test_id"): raw.get("route") for raw in records}
-    tests: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        by_key[(record.check, record.part, record.route)].append(record)
+    where_tests_ran: dict[Any, set[tuple[str, Any]]] = defaultdict(set)   # a test may state several parts
+    for raw in records:
+        where_tests_ran[raw.get("test_id")].add((raw.get("part", ""), raw.get("route")))
+    tests: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for outcome in outcomes:
-        route = routes_of_tests.get(outcome.nodeid) or route_of_test(outcome.nodeid, candidates)
-        tests[(outcome.check, route)].append(outcome)
+        for part, route in where_tests_ran.get(outcome.nodeid) or {("", None)}:
+            tests[(outcome.check, part, route or route_of_test(outcome.nodeid, candidates))].append(outcome)
     rows: list[CoverageRow] = []
     for family in FAMILIES:
-        keys = sorted({k for k in (*by_key, *tests) if k[0] == family}, key=lambda k: (k[1] == ANY_ROUTE, k[1]))
+        keys = sorted({k for k in (*by_key, *tests) if k[0] == family},
+                      key=lambda k: (k[1], k[2] == ANY_ROUTE, k[2]))
         if not keys:
             rows.append(CoverageRow(family, ANY_ROUTE, "-", "-", NOT_RUN,
                                     "deselected (-k, a test path or --categories) or not collected"))
             continue
         for key in keys:
-            rows.append(_row(family, key[1], by_key.get(key, []), tests.get(key, [])))
+            rows.append(_row(family, key[2], by_key.get(key, []), tests.get(key, []), part=key[1]))
     return rows
 
 
-def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any]) -> CoverageRow:
+def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any], *, part: str = "") -> CoverageRow:
+    row = _row_status(family, route, records, outcomes)
+    return CoverageRow(row.check, row.route, row.ran, row.could_detect, row.status, row.why, part=part)
+
+
+def _row_status(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any]) -> CoverageRow:
     counts: dict[str, float] = {}
     for record in records:
         for name, value in record.ran.items():
@@ -119,6 +135,9 @@ def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[
     results = [o.outcome for o in outcomes]
     if any(r in ("failed", "error") for r in results):
         return CoverageRow(family, route, ran, could, FAILED, "a test failed: see the findings")
+    refused = [r for r in records if not r.supported]
+    if refused:
+        return CoverageRow(family, route, ran, could, NOT_SUPPORTED, _unique(r.reason for r in refused))
     passed = sum(r in ("passed", "xfailed") for r in results)
     if outcomes and not passed:
         why = _unique(o.reason for o in outcomes if o.outcome == "skipped") or "every test was skipped"
@@ -139,14 +158,17 @@ def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list
     what keeps the run (or that route) from "adopt"."""
     gaps, absent = [], []
     for family in FAMILIES:
-        mine = [r for r in rows if r.check == family and (route is None or r.route in (route, ANY_ROUTE))]
-        if any(r.covers for r in mine) or any(r.status == FAILED for r in mine):
-            continue
-        if not mine or all(r.status == NOT_RUN for r in mine):
-            absent.append(family)
-            continue
-        why = _unique(f"{r.route}: {r.why}" if r.route != ANY_ROUTE else r.why for r in mine)
-        gaps.append(f"{family} {mine[0].status} ({why})")
+        ours = [r for r in rows if r.check == family and (route is None or r.route in (route, ANY_ROUTE))]
+        for part in sorted({r.part for r in ours}) or [""]:
+            mine = [r for r in ours if r.part == part]
+            if any(r.covers for r in mine) or any(r.status == FAILED for r in mine):
+                continue
+            if not mine or all(r.status == NOT_RUN for r in mine):
+                absent += [family] if family not in absent else []
+                continue
+            why = _unique(f"{r.route}: {r.why}" if r.route != ANY_ROUTE else r.why for r in mine)
+            status = mine[0].status if len({r.status for r in mine}) == 1 else "not verified"
+            gaps.append(f"{_name(family, part)} {status} ({why})")
     if absent:
         gaps.insert(0, f"not run: {', '.join(absent)} (deselected by -k, a test path or --categories)")
     return gaps
@@ -160,6 +182,12 @@ COLUMNS = ("check", "route", "what ran", "what it could detect", "verified", "wh
 
 
 def table_cells(row: Mapping[str, str]) -> tuple[str, ...]:
-    """One coverage row as the renderers show it: verified is yes / no / n/a / failed / not run."""
+    """One coverage row as the renderers show it: verified is yes / no / n/a / not supported by this route /
+    failed / not run; a part is shown after its family (`features: n`)."""
     verified = {VERIFIED: "yes", NOT_VERIFIED: "no", NOT_APPLICABLE: "n/a"}.get(row["status"], row["status"])
-    return (row["check"], row["route"], row["ran"], row["could_detect"], verified, row["why"])
+    return (_name(row["check"], row.get("part", "")), row["route"], row["ran"], row["could_detect"], verified,
+            row["why"])
+
+
+def _name(family: str, part: str) -> str:
+    return f"{family}: {part}" if part else family

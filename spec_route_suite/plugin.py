@@ -250,11 +250,12 @@ class FindingSink:
         self._collector.measure(self._item, kind, data)
 
     def cover(self, check: str, route: str, *, verified: bool, ran: dict | None = None, could_detect: str = "",
-              reason: str = "", applicable: bool = True) -> None:
-        """What this test could have detected on `route` (reports/coverage.py): one row of the coverage table."""
+              reason: str = "", applicable: bool = True, part: str = "", supported: bool = True) -> None:
+        """What this test could have detected on `route` (reports/coverage.py): one row of the coverage table
+        (one row per `part`, e.g. a request feature; supported=False: the route refused what the part needs)."""
         from spec_route_suite.reports.coverage import CoverageRecord
         record = CoverageRecord(check=check, route=route, verified=verified, ran=ran or {}, could_detect=could_detect,
-                                reason=reason, applicable=applicable)
+                                reason=reason, applicable=applicable, part=part, supported=supported)
         self.measure("coverage", **record.as_measurement())
 
 

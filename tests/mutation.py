@@ -55,7 +55,10 @@ class Mutant:
 
     @property
     def label(self) -> str:
-        return self.fault + ("" if self.expect == "caught" else f" ({self.expect})")
+        """The fault, its expectation when not "caught", and the tests it runs when a row selects them (-k)."""
+        selection = self.args[self.args.index("-k") + 1] if "-k" in self.args else ""
+        return (self.fault + ("" if self.expect == "caught" else f" ({self.expect})")
+                + (f" [-k {selection}]" if selection else ""))
 
     @property
     def route_name(self) -> str:
@@ -78,18 +81,23 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cross_context_mixing", "mixing", options=(("mix_rate", "0.1"),)),
     Mutant("kv_slot_swap", "mixing", options=(("mix_rate", "0.25"),)),  # a swap needs company at its step
     # Each statistical fault on the grid point where it acts (T=1.5 shows the first four; top-p exists only at
-    # T=0.7/top-p 0.9), at the budget of equivalence.distribution.MUTATION_ARGS (TV 0.1, 14 prompts/category).
+    # T=0.7/top-p 0.9, min_p only at T=1.6/top-k 20/min-p 0.05), at the budget of DISTRIBUTION_ARGS (TV 0.1,
+    # 14 prompts/category).
     Mutant("residual_from_p", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("bonus_from_q", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("soft_q_for_argmax_draft", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("draft_temperature_ignored", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     Mutant("top_p_one_side", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "p0.9")),
+    # n_shared_stream's copies reach the same tests through the n=4 samples pooled into every grid point
+    Mutant("min_p_draft_only", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "m0.05")),
+    Mutant("n_shared_stream", "distribution", args=(*DISTRIBUTION_ARGS, "-k", "T1.5")),
     # request features (equivalence/test_features.py): one run, each fault caught by the test for its feature
     Mutant("penalty_bonus_only", "features"),
     Mutant("logit_bias_draft_ignored", "features"),
     Mutant("min_tokens_eos_in_block", "features"),
     Mutant("n_shared_stream", "features"),
     Mutant("grammar_first_only", "features"),
+    Mutant("grammar_first_only", "features", args=("-k", "json_schema")),   # the same mask under a json_schema
 )
 
 

@@ -224,13 +224,40 @@ def test_schema_judge_on_stopped_answers_only():
     assert json_answer_problem(out('{"name": ', finish="length"), schema=None) is None
 
 
-def test_engine_json_object_equals_a_masked_greedy_loop(loop, ref, models, prompts):
+SCHEMA = {"type": "object", "required": ["age", "name"], "additionalProperties": False,
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("text, prefix, complete", [
+    ('{"name": "Ann", "age": 31}', True, True), (' { "age" : -4 , "name":"A\\"b" } ', True, True),
+    ('{"name": "Ann"}', False, False), ('{"name": "Ann"', True, False), ('{"nam', True, False),
+    ('{"nick"', False, False), ('{"age": "4"', False, False), ('{"age": 4.5', False, False),
+    ('{"age": 01', False, False), ('{"age": 4, "age": 5', False, False), ('{"age": 4, "name": "x"}x', False, False),
+    ('{"age": -', True, False), ('{"age": -}', False, False)])
+def test_schema_prefix_automaton(text, prefix, complete):
+    from spec_route_suite.fixtures.routes.reference.grammar import Schema, SchemaPrefix
+    state = SchemaPrefix(Schema.parse(json.dumps(SCHEMA))).feed(text)
+    assert (state is not None) == prefix and (state is not None and state.complete) == complete
+
+
+@pytest.mark.parametrize("schema", [{"type": "array"}, {"type": "object", "properties": {"a": {"type": "object"}}},
+                                    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}])
+def test_engine_refuses_schemas_it_cannot_constrain(loop, ref, prompts, schema):
+    fmt = ResponseFormat("json_schema", json.dumps(schema))
+    with pytest.raises(FeatureUnsupported, match="flat object schemas only"):
+        loop.run(ref.generate(greedy(prompts["json-00"], response_format=fmt)), timeout=60)
+
+
+@pytest.mark.parametrize("fmt", [ResponseFormat("json_object"), ResponseFormat("json_schema", json.dumps(SCHEMA))],
+                         ids=["json_object", "json_schema"])
+def test_engine_json_equals_a_masked_greedy_loop(loop, ref, models, prompts, fmt):
     """Speculation with the JSON mask at every verified position equals one-token-at-a-time decoding
-    under the same mask (the automaton is judged on its own above)."""
-    fmt = ResponseFormat("json_object")
+    under the same mask (the automata are judged on their own above); a completed schema answer
+    matches the schema."""
+    from spec_route_suite.equivalence.features import json_answer_problem
     ids = prompts["math-00"]
     got = together(loop, ref, [greedy(ids, max_tokens=24, response_format=fmt), greedy(prompts["json-00"])])[0]
-    mask = ref.engine.adjuster.json_mask()
+    mask = ref.engine.adjuster.json_mask(fmt)
     eos = frozenset({ref.tokenizer.eos_token_id})
     out: list[int] = []
     with torch.inference_mode():
@@ -238,3 +265,48 @@ def test_engine_json_object_equals_a_masked_greedy_loop(loop, ref, models, promp
             logits = models[0](input_ids=torch.tensor([list(ids) + out])).logits[0, -1].float()
             out.append(int(logits.masked_fill(~mask.allowed(mask.state_of(out), eos), float("-inf")).argmax()))
     assert list(got.token_ids) == out and got.text.lstrip().startswith("{")
+    if fmt.type == "json_schema":
+        assert got.text.lstrip().startswith('{"'), got.text
+        assert json_answer_problem(got, schema=SCHEMA) is None
+
+
+# -- n = 4 sampled, pooled into the distribution check ---------------------------------------------
+class MisSummedUsage:
+    """A planted route wrapper: n > 1 answers report the first choice's length as usage.completion_tokens."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def generate(self, req: Request):
+        out = await self.inner.generate(req)
+        return replace(out, usage_completion_tokens=len(out.token_ids)) if req.n > 1 else out
+
+
+def test_distribution_arm_pools_n_choices_and_checks_their_usage(loop, ref, prompts):
+    """Half of a candidate's draw (whole n=4 requests) comes from n=4 answers; a usage that is not the
+    sum over the choices is kept as a problem (the distribution test turns it into a finding)."""
+    from spec_route_suite.equivalence.distribution import GRID, N_CHOICES, RouteArm
+    for route, expect_problems in ((ref, False), (MisSummedUsage(ref), True)):
+        handle = RouteHandle(route, ref.spec, loop, 120)
+        arm = RouteArm(handle, [prompts["chat-00"]], tokens=5, n_choices=N_CHOICES)
+        samples = arm.draw(0, GRID[0], 18, seed=7)
+        assert len(samples) == 18 and arm.pooled == 8 and all(0 < len(s) <= 5 for s in samples)
+        assert bool(arm.usage_problems) == expect_problems, arm.usage_problems
+    plain = RouteArm(RouteHandle(ref, ref.spec, loop, 120), [prompts["chat-00"]], tokens=5)
+    assert len(plain.draw(0, GRID[0], 18, seed=7)) == 18 and plain.pooled == 0
+    refusing = RouteArm(RouteHandle(RefusesN(ref), ref.spec, loop, 120), [prompts["chat-00"]], tokens=5,
+                        n_choices=N_CHOICES)
+    assert len(refusing.draw(0, GRID[0], 18, seed=7)) == 18 and refusing.pooled == 0
+    assert "feature:n" in refusing.n_refused and refusing.n_choices == 0, refusing.n_refused
+
+
+class RefusesN(MisSummedUsage):
+    """A route that declares capability n but answers n > 1 with its documented refusal."""
+
+    async def generate(self, req: Request):
+        if req.n > 1:
+            raise FeatureUnsupported("n", route=self.inner.name, request_id=req.request_id, why="batch 1 only")
+        return await self.inner.generate(req)

@@ -142,7 +142,17 @@ def _case(m: Mutant):
     marks = []
     if not catcher_paths(m):
         marks.append(pytest.mark.xfail(strict=True, reason=missing_reason(m)))
-    return pytest.param(m, marks=marks, id=m.route_name)
+    return pytest.param(m, marks=marks, id=_case_id(m))
+
+
+def _case_id(m: Mutant) -> str:
+    """The fault's name, plus its catcher and then its last option when the same fault has other rows."""
+    same = [o for o in MUTANTS if o.route_name == m.route_name]
+    if len(same) == 1:
+        return m.route_name
+    if sum(o.catcher == m.catcher for o in same) == 1:
+        return f"{m.route_name}_{m.catcher}"
+    return f"{m.route_name}_{m.catcher}" + (f"_{m.args[-1]}" if m.args else "")
 
 
 @pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS])

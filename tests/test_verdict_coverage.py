@@ -121,6 +121,60 @@ def test_no_prefix_cache_is_not_applicable_and_does_not_block_adopt(tmp_path):
     assert report["verdict"] == "pilot" and "zero prefix-cache hits" in report["verdict_reason"]
 
 
+def test_a_refused_feature_is_listed_not_supported_never_a_pass(tmp_path):
+    """A candidate that refuses a request feature (HTTP 400 / documented refusal) gets that feature's row
+    "not supported by this route": listed, not verified, and the run cannot adopt."""
+    refused = CoverageRecord(check="features", route="candidate", verified=False, supported=False, part="n",
+                             could_detect="sampled choices copying one random stream",
+                             reason="route 'candidate' does not support n (HTTP 400: n must be 1)")
+    report = build_run_report(collector(tmp_path, records=[refused]))
+    row = next(r for r in report["coverage"] if r["check"] == "features")
+    assert (row["part"], row["status"]) == ("n", "not supported by this route") and "HTTP 400" in row["why"]
+    assert report["verdict"] == "pilot" and "features: n not supported by this route" in report["verdict_reason"]
+    assert "| features: n | candidate |" in render_summary(report)
+
+
+def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
+    """One feature verified does not cover another refused everywhere; verified on another candidate does."""
+    def record(part, route, supported=True):
+        return CoverageRecord(check="features", route=route, verified=supported, supported=supported, part=part,
+                              reason="" if supported else f"route '{route}' does not support {part}")
+    records = [record("logit_bias", "hf"), record("n", "hf", supported=False), record("n", "batched")]
+    run = collector(tmp_path, records=records, candidates=("hf", "batched"))
+    run.outcomes = {k: v for k, v in run.outcomes.items() if "features" not in k}
+    for i, r in enumerate(records):   # one test per feature record, each passed unless refused (then skipped)
+        nodeid = f"t::features_{i}[{r.route}]"
+        run.outcomes[nodeid] = CheckOutcome(nodeid, "features", "passed" if r.supported else "skipped", 0.1,
+                                            reason="" if r.supported else f"not verified: {r.reason}")
+    run.measurements["coverage"] = [{**r.as_measurement(), "test_id": f"t::features_{i}[{r.route}]"}
+                                    for i, r in enumerate(records)]
+    report = build_run_report(run)
+    rows = {(r["part"], r["route"]): r["status"] for r in report["coverage"] if r["check"] == "features"}
+    assert rows == {("logit_bias", "hf"): "verified", ("n", "hf"): "not supported by this route",
+                    ("n", "batched"): "verified"}
+    assert report["verdict"] == "adopt", report["verdict_reason"]
+    run.measurements["coverage"] = run.measurements["coverage"][:2]   # n refused on hf, not run on batched
+    del run.outcomes["t::features_2[batched]"]
+    assert "features: n not supported by this route" in build_run_report(run)["verdict_reason"]
+
+
+def test_a_test_stating_two_parts_decides_both_rows(tmp_path):
+    """The distribution point with min_p records its family row and a `min_p` row: a failure fails both,
+    and a candidate's min_p refusal (the point ran without it) is "not supported" while the point passed."""
+    records = [CoverageRecord(check="distribution", route="candidate", verified=True),
+               CoverageRecord(check="distribution", route="candidate", verified=True, part="min_p")]
+    run = collector(tmp_path, records=records)
+    run.outcomes["t::distribution[candidate]"].outcome = "failed"
+    rows = {r["part"]: r["status"] for r in build_run_report(run)["coverage"] if r["check"] == "distribution"}
+    assert rows == {"": "failed", "min_p": "failed"}
+    records[1] = CoverageRecord(check="distribution", route="candidate", verified=False, supported=False, part="min_p",
+                                reason="route 'candidate' does not support min_p (HTTP 400)")
+    report = build_run_report(collector(tmp_path, records=records))
+    rows = {r["part"]: r["status"] for r in report["coverage"] if r["check"] == "distribution"}
+    assert rows == {"": "verified", "min_p": "not supported by this route"}
+    assert report["verdict"] == "pilot" and "distribution: min_p not supported" in report["verdict_reason"]
+
+
 def test_warnings_that_weaken_the_evidence_move_adopt_to_pilot(tmp_path):
     weak = Finding(check="accuracy", severity="warning", route="candidate", uid="w-1",
                    title="accuracy under load weakly verified: only 3 of 12 answers right serially")
