@@ -135,7 +135,8 @@ def test_a_refused_feature_is_listed_not_supported_never_a_pass(tmp_path):
 
 
 def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
-    """One feature verified does not cover another refused everywhere; verified on another candidate does."""
+    """One feature verified does not cover another refused everywhere; verified on another candidate, it is
+    covered there: that candidate earns adopt, the refusing one does not."""
     def record(part, route, supported=True):
         return CoverageRecord(check="features", route=route, verified=supported, supported=supported, part=part,
                               reason="" if supported else f"route '{route}' does not support {part}")
@@ -152,7 +153,10 @@ def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
     rows = {(r["part"], r["route"]): r["status"] for r in report["coverage"] if r["check"] == "features"}
     assert rows == {("logit_bias", "hf"): "verified", ("n", "hf"): "not supported by this route",
                     ("n", "batched"): "verified"}
-    assert report["verdict"] == "adopt", report["verdict_reason"]
+    verdicts = report["route_verdicts"]
+    assert verdicts["batched"]["verdict"] == "adopt", verdicts
+    assert verdicts["hf"]["verdict"] == "pilot" and "features: n not supported by this route" in verdicts["hf"]["reason"]
+    assert report["verdict"] == "pilot"
     run.measurements["coverage"] = run.measurements["coverage"][:2]   # n refused on hf, not run on batched
     del run.outcomes["t::features_2[batched]"]
     assert "features: n not supported by this route" in build_run_report(run)["verdict_reason"]
