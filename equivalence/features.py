@@ -100,6 +100,8 @@ def boosted_effect(*, boosted: int, out: Completion) -> str | None:
 
 
 def min_tokens_effect(*, out: Completion, min_tokens: int, max_tokens: int, stop_ids: set[int]) -> str | None:
+    if out.text_level:
+        return _min_tokens_effect_from_count(out, min_tokens=min_tokens, max_tokens=max_tokens)
     ids = out.token_ids
     early = [i for i, t in enumerate(ids) if t in stop_ids and i < min_tokens - 1]
     if early or len(ids) < min(min_tokens, max_tokens):
@@ -113,7 +115,25 @@ def min_tokens_effect(*, out: Completion, min_tokens: int, max_tokens: int, stop
     return None
 
 
-def n_greedy_effect(*, out: Completion, n: int, expected: Sequence[int]) -> str | None:
+def _min_tokens_effect_from_count(out: Completion, *, min_tokens: int, max_tokens: int) -> str | None:
+    """A text-level answer (no ids from the server): its re-tokenized length is not what the engine emitted
+    and EOS is not in the text, so the server's own count (usage, else the re-tokenized length) is judged."""
+    count = out.usage_completion_tokens if out.usage_completion_tokens is not None else len(out.token_ids)
+    if count < min(min_tokens, max_tokens):
+        return f"ended after {count} tokens (the server's count; text-level) with min_tokens={min_tokens}"
+    want = "length" if count >= max_tokens else "stop"
+    if out.finish_reason != want:
+        return f"finish_reason {out.finish_reason!r} after {count} tokens (max_tokens {max_tokens}), expected {want!r}"
+    return None
+
+
+def n_greedy_effect(*, out: Completion, n: int, expected: Sequence[int], expected_text: str | None = None) -> str | None:
+    if out.text_level and expected_text is not None:   # no ids from the server: the choices' texts are compared
+        texts = [c.text for c in out.choices] or [out.text]
+        if len(texts) != n:
+            return f"asked for n={n} choices, got {len(texts)}"
+        wrong = [i for i, t in enumerate(texts) if t != expected_text]
+        return f"greedy choices {wrong} differ from the baseline's answer (text-level)" if wrong else None
     answers = [c.token_ids for c in out.choices] or [out.token_ids]
     if len(answers) != n:
         return f"asked for n={n} choices, got {len(answers)}"

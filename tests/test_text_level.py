@@ -114,6 +114,25 @@ def test_mixing_without_token_ids_is_caught_on_text(tmp_path, served, expected):
         assert "text-level" in contaminated[0]["title"] and contaminated[0]["details"]["contamination_matrix"]
 
 
+@pytest.mark.parametrize("served,expected", [("reference:", 0), ("reference:?fault=penalty_bonus_only", 1)],
+                         ids=["correct", "penalty_bonus_only"])
+def test_request_features_without_token_ids_are_judged_on_text(tmp_path, served, expected):
+    """Parity under a feature compares both texts re-tokenized, and min_tokens reads the server's count: the
+    correct engine passes (before, re-tokenized ids against the engine's own gave three false findings), a
+    penalty applied to the bonus token only is still caught."""
+    code, report, output = run_suite(tmp_path, "features", served, "equivalence/test_features.py",
+                                     "-k", "penalty or logit_bias or min_tokens", "-n", "2")
+    assert code == expected, output
+    assert not suite_caused_errors(report), suite_caused_errors(report)
+    bugs = [f for f in report["findings"] if f["check"] == "features" and f["severity"] == "bug"]
+    passed = {t["nodeid"].split("[")[1].rstrip("]") for t in report["tests"] if t["outcome"] == "passed"}
+    if expected:
+        assert bugs and all("penalty" in f["title"] for f in bugs), [f["title"] for f in bugs]
+    else:
+        assert not bugs and {"candidate-repetition_penalty", "candidate-ban", "candidate-boost", "candidate"} <= passed, \
+            ([f["title"] for f in bugs], passed)
+
+
 def run_mixing(tmp_path: Path, served: str) -> tuple[int, dict, str]:
     return run_suite(tmp_path, "mixing", served, *MIXING_ARGS)
 
