@@ -161,3 +161,5 @@ def test_records_render_in_the_route_tokenizers_own_format(prompts):
     assert native_text(foreign, plain) == "<|begin_of_text|>" + plain.text[len("<s>"):]
     foreign.chat_template = None
     assert native_text(foreign, chat) == chat.text.replace("<s>", "<|begin_of_text|>", 1)
+    foreign.chat_template = "{{ raise_exception('System role not supported') }}"   # as some real templates do
+    assert native_text(foreign, chat) == chat.text.replace("<s>", "<|begin_of_text|>", 1)
