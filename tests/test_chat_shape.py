@@ -13,10 +13,10 @@ passes. Pair 2 runs the chat variants once too, so nothing leans on pair 1's cha
 """
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -196,8 +196,13 @@ def test_a_chat_repro_resends_the_messages_to_the_chat_endpoint():
     req = chat_request(tokenizer, [("system", "Be brief."), ("user", "Hi.")], max_tokens=4, request_id="r")
     repro = repro_block(requests=[req], expected=[[1, 2]], actual=None)
     spec = {"name": "candidate", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "tiny"}
-    script, curl = render_repro({"title": "chat", "check": "chat"}, repro, spec)
-    compile(script, "repro.py", "exec")
-    payloads = json.loads(re.search(r"PAYLOADS = json.loads\((.*)\)\n", script).group(1).strip("'\""))
-    assert payloads[0]["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}]
-    assert "prompt" not in payloads[0] and "/chat/completions" in curl
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}]
+    adapter = build_route(parse_route_uri("candidate", "openai:http://127.0.0.1:9/v1?model=tiny", base=Path.cwd()))
+    for block in (repro, repro_block(requests=[req], expected=[[1, 2]], actual=None, wire=[adapter.wire_request(req)])):
+        script, curl = render_repro({"title": "chat", "check": "chat"}, block, spec)
+        compile(script, "repro.py", "exec")
+        line = next(line for line in script.splitlines() if line.startswith("REQUESTS = json.loads("))
+        sent = json.loads(ast.literal_eval(line[len("REQUESTS = json.loads("):line.rindex(")")]))
+        assert sent[0]["url"] == "http://127.0.0.1:9/v1/chat/completions", sent
+        assert sent[0]["body"]["messages"] == messages and "prompt" not in sent[0]["body"]
+        assert "/chat/completions" in curl
