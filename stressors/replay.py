@@ -155,7 +155,8 @@ class Client:
             data = r.json()
             data = data[0] if isinstance(data, list) else data
             choice = (data.get("choices") or [data])[0]
-            ids = choice.get("token_ids") or choice.get("output_ids") or choice.get("tokens") or data.get("output_ids")
+            ids = next((place[key] for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"),
+                                                      (data, "output_ids")) if isinstance(place.get(key), list)), None)
             message = choice.get("message") or {{}}   # a chat answer
             return ids, choice.get("text", message.get("content", choice.get("content", data.get("text", ""))))
         if KIND == "sglang":
