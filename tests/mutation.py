@@ -137,6 +137,11 @@ class SuiteResult:
         return bool(outcomes["failed"] + outcomes["error"] or failing)
 
     def requests(self, route: str) -> int | None:
+        """Requests the route answered in the run: the report's latency count (the engine's own
+        `requests_served` is read from its inventory before any traffic, so it says 0)."""
+        timed = (self.report.get("latency") or {}).get(route) or {}
+        if isinstance(timed.get("requests"), int):
+            return timed["requests"]
         extra = (self.report.get("inventories", {}).get(route) or {}).get("extra") or {}
         return extra.get("requests_served")
 
