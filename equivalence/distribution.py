@@ -24,7 +24,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from spec_route_suite.equivalence.features import REFUSAL_STATUS
+from spec_route_suite.equivalence.features import REFUSAL_STATUS, choices_usage_problem
 from spec_route_suite.equivalence.stats.families import GATE, Evidence, family_weights
 from spec_route_suite.equivalence.stats.multiple import holm
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle, covers_vocabulary, rows_from_top
@@ -274,10 +274,9 @@ class RouteArm:
             if len(choices) != self.n_choices:
                 raise RouteMalformed(f"asked for n={self.n_choices} choices, got {len(choices)}", route=self.name,
                                      request_id=req.request_id)
-            total = sum(len(c.token_ids) for c in choices)
-            if out.usage_completion_tokens is not None and out.usage_completion_tokens != total:
-                self.usage_problems.append(f"{req.request_id}: usage.completion_tokens {out.usage_completion_tokens} "
-                                           f"for {total} tokens in {len(choices)} choices")
+            mis_summed = choices_usage_problem(out)
+            if mis_summed:
+                self.usage_problems.append(f"{req.request_id}: {mis_summed}")
             samples += [self._outcome(c) for c in choices]
         self.pooled += len(samples)
         return samples

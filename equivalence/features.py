@@ -140,9 +140,15 @@ def n_greedy_effect(*, out: Completion, n: int, expected: Sequence[int], expecte
     wrong = [i for i, a in enumerate(answers) if tuple(a) != tuple(expected)]
     if wrong:
         return f"greedy choices {wrong} differ from the baseline's answer"
+    return choices_usage_problem(out)
+
+
+def choices_usage_problem(out: Completion) -> str | None:
+    """An n-choice answer's usage.completion_tokens must be the sum over its choices (what vLLM bills)."""
+    answers = [c.token_ids for c in out.choices] or [out.token_ids]
     total = sum(len(a) for a in answers)
     if out.usage_completion_tokens is not None and out.usage_completion_tokens != total:
-        return f"usage says {out.usage_completion_tokens} completion tokens for {total} in {n} choices"
+        return f"usage says {out.usage_completion_tokens} completion tokens for {total} in {len(answers)} choices"
     return None
 
 

@@ -16,9 +16,9 @@ import pytest
 from spec_route_suite.equivalence.conftest import pick_lean
 from spec_route_suite.equivalence.divergence import UNCLASSIFIED, Classification, classify_divergence
 from spec_route_suite.equivalence.features import (BAN_BIAS, BOOST_BIAS, PENALTIES, FeatureScorer, Refusal,
-                                                   banned_effect, boosted_effect, classifiable, identical_samples_p,
-                                                   json_answer_problem, min_tokens_effect, n_greedy_effect,
-                                                   penalty_effect, probe, rare_token, repeat_rate, schema_of,
+                                                   banned_effect, boosted_effect, choices_usage_problem, classifiable,
+                                                   identical_samples_p, json_answer_problem, min_tokens_effect,
+                                                   n_greedy_effect, penalty_effect, probe, rare_token, schema_of,
                                                    with_feature)
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.prompts.encode import encode_record
@@ -256,10 +256,9 @@ def test_n_sampled_choices_are_independent(baseline, candidate, tokenizer, suite
     if len(answers) != N:
         _ignored(findings, route=candidate, feature="n", problem=f"asked for n={N} choices, got {len(answers)}",
                  req=many)
-    total = sum(len(a) for a in answers)
-    if answer.usage_completion_tokens is not None and answer.usage_completion_tokens != total:
-        _ignored(findings, route=candidate, feature="n", req=many,
-                 problem=f"usage says {answer.usage_completion_tokens} completion tokens for {total} in {N} choices")
+    mis_summed = choices_usage_problem(answer)
+    if mis_summed:
+        _ignored(findings, route=candidate, feature="n", req=many, problem=mis_summed)
     first = answers[0]
     logprob = sum(step.logprob for step in baseline.score(many.prompt_ids, first, 1)) if first else 0.0
     p_value = identical_samples_p(answers=answers, logprob_of_first=logprob)
