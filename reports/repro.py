@@ -73,6 +73,26 @@ def _openai_payload(req: dict[str, Any], model: str) -> dict[str, Any]:
     return payload
 
 
+# Shared by the repro and replay scripts (stressors/replay.py): they resend a wire request verbatim and read
+# its answer, whatever the engine's dialect. Plain source, passed as a format argument (its braces stay as written).
+WIRE_HELPERS = '''def rebased(url):
+    """The suite's URL on REPRO_BASE_URL's server, when that is set."""
+    return BASE_URL + url[len(SUITE_BASE_URL):] if url.startswith(SUITE_BASE_URL) else url
+
+
+def answer(body):
+    """(token ids or None, text) from an OpenAI-style completion or chat answer, SGLang's or llama.cpp's /completion."""
+    if isinstance(body, list):
+        body = body[0]
+    choice = (body.get("choices") or [body])[0]
+    ids = next((place[key] for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"),
+                                              (body, "output_ids")) if isinstance(place.get(key), list)), None)
+    message = choice.get("message") or {}   # a chat answer
+    text = choice.get("text", message.get("content", choice.get("content", body.get("text", ""))))
+    return ids, text
+'''
+
+
 HTTP_TEMPLATE = '''#!/usr/bin/env python3
 """Repro for: {title}
 
@@ -96,21 +116,10 @@ CONCURRENCY = {concurrency}
 ATTEMPTS = {attempts}
 
 
-def answer(body):
-    """(token ids or None, text) from an OpenAI-style completion or chat answer, SGLang's or llama.cpp's /completion."""
-    if isinstance(body, list):
-        body = body[0]
-    choice = (body.get("choices") or [body])[0]
-    ids = next((place[key] for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"),
-                                              (body, "output_ids")) if isinstance(place.get(key), list)), None)
-    message = choice.get("message") or {{}}   # a chat answer
-    text = choice.get("text", message.get("content", choice.get("content", body.get("text", ""))))
-    return ids, text
-
+{wire_helpers}
 
 async def send(client, request):
-    url = BASE_URL + request["url"][len(SUITE_BASE_URL):] if request["url"].startswith(SUITE_BASE_URL) else request["url"]
-    response = await client.post(url, json=request["body"])
+    response = await client.post(rebased(request["url"]), json=request["body"])
     response.raise_for_status()
     return answer(response.json())
 
@@ -316,7 +325,7 @@ def render_repro(finding: dict[str, Any], repro: dict[str, Any], spec: dict[str,
         payloads = [_openai_payload(r, model) for r in repro["requests"]]
         wire = repro.get("wire") or [{"url": f"{base_url}/{'chat/completions' if 'messages' in p else 'completions'}",
                                       "body": p} for p in payloads]
-        script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how,
+        script = HTTP_TEMPLATE.format(title=finding["title"], route_desc=route_desc, how=how, wire_helpers=WIRE_HELPERS,
                                       base_url=base_url, api_key_env=spec.get("api_key_env"),
                                       wire=json.dumps(wire), expected=expected,
                                       expected_text=json.dumps(repro.get("expected_text")),

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.spec import HTTP_KINDS, RouteSpec
+from spec_route_suite.reports.repro import WIRE_HELPERS
 from spec_route_suite.stressors.canary import Workload
 from spec_route_suite.stressors.schedules import Schedule
 
@@ -73,7 +74,7 @@ def replay_script(*, title: str, schedule: Schedule, workload: Workload, referen
                             repeats=repeats)
     if spec.kind in HTTP_KINDS:
         body = _HTTP.format(kind=spec.kind, base_url=spec.base_url, model=spec.model,
-                            api_key_env=spec.api_key_env or "")
+                            api_key_env=spec.api_key_env or "", wire_helpers=WIRE_HELPERS)
     else:
         body = _IN_PROCESS.format(uri=route_uri(spec), factory=route_factory or "")
     return header + f"SCHEDULE = {payload}\n" + body + _RUNNER
@@ -137,6 +138,9 @@ MODEL = {model!r}
 API_KEY_ENV = {api_key_env!r}
 
 
+{wire_helpers}
+
+
 class Client:
     """Token-id prompts, temperature 0: the same request the suite sent."""
 
@@ -148,17 +152,9 @@ class Client:
     async def generate(self, step, tag):
         n = SCHEDULE["max_tokens"]
         if "wire" in step:  # the exact request the suite's adapter sent, to the engine's own endpoint
-            url = step["wire"]["url"]
-            r = await self.http.post(BASE_URL + url[len(SUITE_BASE_URL):] if url.startswith(SUITE_BASE_URL) else url,
-                                     json=step["wire"]["body"])
+            r = await self.http.post(rebased(step["wire"]["url"]), json=step["wire"]["body"])
             r.raise_for_status()
-            data = r.json()
-            data = data[0] if isinstance(data, list) else data
-            choice = (data.get("choices") or [data])[0]
-            ids = next((place[key] for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"),
-                                                      (data, "output_ids")) if isinstance(place.get(key), list)), None)
-            message = choice.get("message") or {{}}   # a chat answer
-            return ids, choice.get("text", message.get("content", choice.get("content", data.get("text", ""))))
+            return answer(r.json())
         if KIND == "sglang":
             root = BASE_URL[:-3] if BASE_URL.endswith("/v1") else BASE_URL
             body = {{"input_ids": step["prompt_ids"], "sampling_params": {{"max_new_tokens": n, "temperature": 0}},
