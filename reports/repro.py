@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlencode
 
+from spec_route_suite.fixtures.prompts.chat import as_openai
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.spec import HTTP_KINDS
 
@@ -53,7 +54,7 @@ def repro_block(*, requests: Sequence[Request], expected: Sequence[Sequence[int]
 def _openai_payload(req: dict[str, Any], model: str) -> dict[str, Any]:
     """The request as the suite sent it: token ids to /completions, or a chat request's messages (the server
     applies its chat template; `send` posts those to /chat/completions)."""
-    prompt = ({"messages": [{"role": m[0], "content": m[1]} for m in req["messages"]]} if req.get("messages")
+    prompt = ({"messages": as_openai(req["messages"])} if req.get("messages")
               else {"prompt": req["prompt_ids"]})
     payload = {"model": model, **prompt, "max_tokens": req["max_tokens"],
                "temperature": req["temperature"], "return_token_ids": True}

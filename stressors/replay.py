@@ -15,6 +15,7 @@ import pprint
 from typing import Callable, Mapping
 from urllib.parse import urlencode
 
+from spec_route_suite.fixtures.prompts.chat import as_openai
 from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.spec import HTTP_KINDS, RouteSpec
 from spec_route_suite.reports.repro import WIRE_HELPERS
@@ -51,7 +52,7 @@ def replay_payload(*, schedule: Schedule, workload: Workload, references: Mappin
         entry = {"n": n, "key": item.key, "gap_ms": step.gap_ms, "abort_ms": step.abort_ms,
                  "prompt_ids": list(item.prompt_ids), "expected_ids": list(ref.token_ids),
                  "expected_text": ref.text,
-                 **({"messages": [{"role": r, "content": c} for r, c in item.messages]} if item.chat else {})}
+                 **({"messages": as_openai(item.messages)} if item.chat else {})}
         sent = wire(Request(prompt_ids=item.prompt_ids, max_tokens=max_tokens, temperature=0.0,
                             messages=item.messages if item.chat else None,
                             request_id=f"replay-{n}")) if wire is not None else None
