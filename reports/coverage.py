@@ -164,7 +164,8 @@ def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list
             if any(r.covers for r in mine) or any(r.status == FAILED for r in mine):
                 continue
             if not mine or all(r.status == NOT_RUN for r in mine):
-                absent += [family] if family not in absent else []
+                if family not in absent:
+                    absent.append(family)
                 continue
             why = _unique(f"{r.route}: {r.why}" if r.route != ANY_ROUTE else r.why for r in mine)
             status = mine[0].status if len({r.status for r in mine}) == 1 else "not verified"
