@@ -1,20 +1,21 @@
-"""Power benchmark of the distribution check: fault, TV shift, samples used, power, samples / chi-square bound.
+"""Power per request of the distribution check's two designs: scoring (one-sample) and two-sample.
 
-    python -m benchmarks.power [--synthetic-runs 100] [--reference-runs 3] [--skip-reference]
+    python -m benchmarks.power [--runs 40] [--aa-runs 1000] [--reference-runs 2] [--skip-reference]
 
-Every row runs `equivalence.distribution.run_check` itself (the sequential plan, every family,
-weighted Holm) at a budget planned for a 5% TV shift (alpha 0.01 over the three grid settings, power
-0.9). Columns:
-- TV shift: the shift in total variation per prompt. Synthetic knob rows: exact, by construction.
-  Fault rows: the "equivalent TV" of the observed gate statistic, sqrt((X^2 - df) / (2 n P)), i.e.
-  the worst-direction shift that would give the same noncentrality (the planner's scale).
-- samples used: mean samples per arm per prompt at the stopping look, over runs.
-- x bound@5%: samples used / STATISTICS.md's fixed-n chi-square bound for 5% (goal <= 1.25).
-- x bound@TV: samples used / the bound for the row's own TV (coarse looks: a gross fault stops at
-  the 1/4 look, far above its own tiny bound).
-Synthetic rows: the vectorised sampler (fixtures/routes/synthetic.py), hundreds of runs. Reference
-rows: the reference engine's planted faults against the transformers AR baseline, on the grid
-point where each fault acts, a few runs each (about a minute a run on 2 CPU cores).
+Everything runs the route suite's own decision (equivalence/exact_verdict.py: run_distribution with the
+sequential plan, every family, weighted Holm, the premise control and the two-sample fallback; or
+run_check alone for the two-sample design) at alpha 0.01 over the grid, power 0.9.
+
+1. Budgets: the samples each design plans per setting for TV 0.05 on the default run's shape
+   (20 prompts, 10 tokens), and their ratio.
+2. A/A: the scoring design's false-alarm rate over --aa-runs route verdicts (a correct speculative
+   sampler against exact scores, every grid setting, the budget planned for TV 0.05).
+3. Requests to power 0.9 (synthetic sampler, --runs verdicts per budget): for each planted fault and a
+   temperature x0.95 / x0.98 shift, the smallest budget (per prompt, on a x sqrt(2) ladder) at which the
+   verdict fails the route in >= 90% of runs, in samples drawn per setting at that budget (mean over
+   runs, premise control and fallbacks included; "max" is the planned budget), and the power at the
+   budget planned for TV 0.05.
+4. The reference engine's distribution faults of the mutation table (benchmarks/power_reference.py).
 """
 from __future__ import annotations
 
@@ -24,154 +25,122 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from spec_route_suite.equivalence.distribution import GRID, gate_level, run_check, setting_alpha
-from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
-from spec_route_suite.equivalence.stats.planner import plan_budget, two_sample_chisquare_n
+from spec_route_suite.equivalence.distribution import GRID, SCORING, TWO_SAMPLE
+from spec_route_suite.equivalence.distribution_plan import budget_for
+from spec_route_suite.equivalence.exact_verdict import ExactBaseline, verdict
+from spec_route_suite.equivalence.stats.onesample import SCORED_GATE, scored_weights
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
-from spec_route_suite.fixtures.routes.synthetic import FAULTS, SyntheticModel
+from spec_route_suite.fixtures.routes.synthetic import EOS, FAULTS, SyntheticModel
 
 ALPHA, POWER, DESIGN_TV = 0.01, 0.9, 0.05
 PLAN = SequentialPlan()
-# Where each fault acts: at T=1 there is no temperature to ignore; top-p exists only at the T=0.7 point.
-ACTIVE = {"residual_from_p": GRID, "bonus_from_q": GRID, "soft_q_for_argmax_draft": GRID,
-          "draft_temperature_ignored": GRID[1:], "top_p_one_side": GRID[1:2]}
+DESIGNS = (SCORING, TWO_SAMPLE)
+MODEL = SyntheticModel(prompts=4, vocab=32, concentration=0.1)
+TOKENS = 5
+EXACT = ExactBaseline(MODEL, stop_ids=(EOS,))
+# the grid points where each shift shows on the synthetic pair (all four: a temperature error is everywhere)
+ACTIVE = {"residual_from_p": GRID[2:3], "bonus_from_q": GRID[1:2], "soft_q_for_argmax_draft": GRID[2:3],
+          "draft_temperature_ignored": GRID[2:3], "top_p_one_side": GRID[1:2],
+          "temperature x0.95": GRID, "temperature x0.98": GRID}
+LADDER = tuple(2 ** (k / 2) for k in range(-8, 5))   # budget scales around the one planned for TV 0.05
+
+
+def planned(design: str, *, prompts: int = MODEL.prompts, tokens: int = TOKENS, tv: float = DESIGN_TV) -> int:
+    """Samples per prompt the design plans (per arm for two-sample)."""
+    if design == SCORING:
+        weight = scored_weights(token_families=True)[SCORED_GATE]
+        return budget_for(detect_tv=tv, alpha=ALPHA, prompts=prompts, tokens=tokens, plan=PLAN, one_sample=True,
+                          weight=weight).samples_per_prompt
+    return budget_for(detect_tv=tv, alpha=ALPHA, prompts=prompts, tokens=tokens, plan=PLAN).samples_per_prompt
+
+
+def budget_table() -> str:
+    lines = ["| design | samples per prompt | arms | samples per setting (20 prompts, 10 tokens) | vs two-sample |",
+             "|---|---|---|---|---|"]
+    two = 2 * 20 * planned(TWO_SAMPLE, prompts=20, tokens=10)
+    for design in DESIGNS:
+        n = planned(design, prompts=20, tokens=10)
+        arms = 1 if design == SCORING else 2
+        lines.append(f"| {design} | {n} | {arms} | {arms * 20 * n} | {arms * 20 * n / two:.2f} |")
+    return "\n".join(lines)
+
+
+def candidate_arm(row: str):
+    if row.startswith("temperature"):
+        return MODEL.arm("candidate", tokens=TOKENS, temperature_scale=float(row.split("x")[1]))
+    return MODEL.speculative_arm("candidate", tokens=TOKENS, fault=None if row == "correct" else row)
+
+
+def run_verdicts(row: str, design: str, *, scale: float, runs: int, first_seed: int = 0) -> tuple[float, float]:
+    """(power, mean samples drawn per setting run) of `runs` verdicts at `scale` x the scoring design's budget."""
+    samples = max(2, round(scale * planned(SCORING)))
+    baseline, candidate = MODEL.arm("baseline", tokens=TOKENS), candidate_arm(row)
+    hits, drawn = 0, []
+    for run in range(first_seed, first_seed + runs):
+        results = verdict(EXACT, baseline, candidate, prompts=MODEL.prompts, tokens=TOKENS, seed=run,
+                          samples=samples, settings=ACTIVE.get(row, GRID), design=design, alpha=ALPHA, plan=PLAN)
+        hits += results[-1].failed
+        drawn.append(np.mean([r.requests() for r in results]))
+    return hits / runs, float(np.mean(drawn))
 
 
 @dataclass
-class Row:
-    label: str
-    tv: float
-    used: float
-    power: float
-    prompts: int
-    runs: int
+class PowerRow:
+    row: str
+    design: str
+    scale: float        # budget at power 0.9, as a multiple of the scoring design's TV-0.05 budget (per prompt)
+    drawn: float        # mean samples drawn per setting run there
+    at_default: float   # power at the design's own TV-0.05 budget
     seconds: float
+    floor: bool = False  # power >= 0.9 even at the ladder's lowest budget: the numbers are upper bounds
 
     def cells(self) -> list[str]:
-        bound_design = two_sample_chisquare_n(DESIGN_TV, alpha=ALPHA, power=POWER, prompts=self.prompts)
-        bound_own = two_sample_chisquare_n(self.tv, alpha=ALPHA, power=POWER, prompts=self.prompts) if self.tv > 0 else math.inf
-        return [self.label, f"{self.tv:.3f}", f"{self.used:.0f}", f"{self.power:.2f} ({self.runs} runs)",
-                f"{self.used / bound_design:.2f}", f"{self.used / bound_own:.2f}" if bound_own < math.inf else "-",
-                f"{self.seconds / self.runs:.1f}"]
+        arms = 1 if self.design == SCORING else 2
+        reached = math.isfinite(self.scale)
+        max_requests = arms * 2 ** (self.design == TWO_SAMPLE) * self.scale * planned(SCORING) * MODEL.prompts
+        bound = "<= " if self.floor else ""
+        return [self.row, self.design, f"{self.at_default:.2f}",
+                f"{bound}{self.drawn:.0f}" if reached else f"not reached by {LADDER[-1]:g}x",
+                f"{bound}{max_requests:.0f}" if reached else "-", f"{self.seconds:.0f}"]
 
 
-def budget_for(prompts: int, tokens: int):
-    return plan_budget(detect_tv=DESIGN_TV, level=gate_level(ALPHA, PLAN), power=POWER, prompts=prompts,
-                       tokens=tokens, inflation=PLAN.inflation)
+def power_row(row: str, design: str, runs: int) -> PowerRow:
+    """Power at the design's own TV-0.05 budget, then down the ladder while power stays >= 0.9 (or up it until
+    power reaches 0.9): the smallest budget on the ladder with power >= 0.9."""
+    start = time.perf_counter()
+    own = 1.0 if design == SCORING else planned(TWO_SAMPLE) / (2 * planned(SCORING))
+    at_default, own_drawn = run_verdicts(row, design, scale=own, runs=runs)
+    scale, drawn, floor = (own, own_drawn, False) if at_default >= POWER else (math.inf, math.nan, False)
+    steps = [s for s in reversed(LADDER) if s < own] if at_default >= POWER else [s for s in LADDER if s > own]
+    going_down = at_default >= POWER
+    for step in steps:
+        power, mean_drawn = run_verdicts(row, design, scale=step, runs=runs)
+        hit = power >= POWER
+        if hit:
+            scale, drawn, floor = step, mean_drawn, step == LADDER[0]
+        if hit != going_down:   # down the ladder: stop at the first miss; up it: at the first hit
+            break
+    return PowerRow(row, design, scale, drawn, at_default, time.perf_counter() - start, floor)
 
 
-def equivalent_tv(result) -> float:
-    gate = result.evidence.gate()[0]
-    n = result.samples_used
-    return math.sqrt(max(0.0, gate.statistic - gate.df) / (2 * n * result.budget.prompts)) if n else 0.0
+def aa_rate(runs: int) -> str:
+    baseline, candidate = MODEL.arm("baseline", tokens=TOKENS), candidate_arm("correct")
+    start, alarms, drawn = time.perf_counter(), 0, []
+    for run in range(runs):
+        results = verdict(EXACT, baseline, candidate, prompts=MODEL.prompts, tokens=TOKENS, seed=100_000 + run,
+                          alpha=ALPHA, plan=PLAN)
+        alarms += results[-1].failed
+        drawn.append(np.mean([r.requests() for r in results]))
+    low, high = stats.binomtest(alarms, runs).proportion_ci(0.95)
+    return (f"scoring design A/A: {alarms} false alarms in {runs} route verdicts = {alarms / runs:.4f} "
+            f"(95% CI {low:.4f}-{high:.4f}; alpha {ALPHA}), mean samples drawn per setting {np.mean(drawn):.0f} of "
+            f"{planned(SCORING) * MODEL.prompts} planned ({time.perf_counter() - start:.0f} s)")
 
 
-def route_verdict(baseline, candidate, *, prompts: int, budget, seed: int, settings, oracle_for=None,
-                  arms_for=None):
-    """One route verdict over `settings` (each at alpha / len(GRID)): (failed, mean samples, equivalent TV).
-
-    `arms_for(setting)` may give per-setting (baseline, candidate) arms (prompts chosen per setting)."""
-    failed, used, tvs = False, [], []
-    for setting in settings:
-        base, cand = arms_for(setting) if arms_for else (baseline, candidate)
-        result = run_check(baseline=base, candidate=cand, prompts=prompts, setting=setting, budget=budget,
-                           alpha=setting_alpha(ALPHA), seed=seed, plan=PLAN,
-                           oracle=oracle_for(setting) if oracle_for else None)
-        failed |= result.failed
-        used.append(result.samples_used)
-        tvs.append(equivalent_tv(result))
-        if result.failed:
-            break  # the route already fails; a real run stops here too (first failing setting)
-    return failed, float(np.mean(used)), max(tvs)
-
-
-def synthetic_rows(runs: int) -> list[Row]:
-    rows = []
-    prompts = 6
-    flat = SyntheticModel(prompts=prompts, vocab=8, concentration=1.0)
-    budget = budget_for(prompts, 3)
-    for tv in (0.0, 0.02, 0.05, 0.10, 0.20):
-        start, hits, used = time.perf_counter(), 0, []
-        for run in range(runs):
-            cand = flat.arm("candidate", tokens=3, shift=tv, first_only=True, shift_seed=1000 + run)
-            result = run_check(baseline=flat.arm("baseline", tokens=3), candidate=cand, prompts=prompts,
-                               setting=GRID[0], budget=budget, alpha=setting_alpha(ALPHA), seed=run, plan=PLAN)
-            hits += result.failed
-            used.append(result.samples_used)
-        label = "synthetic A/A (no shift)" if tv == 0 else f"synthetic shift, TV {tv:.0%} at token 1"
-        rows.append(Row(label, tv, float(np.mean(used)), hits / runs, prompts, runs, time.perf_counter() - start))
-    peaked = SyntheticModel(prompts=4, vocab=32, concentration=0.1)
-    budget = budget_for(4, 5)
-    for fault in FAULTS:
-        start, hits, used, tvs = time.perf_counter(), 0, [], []
-        for run in range(runs):
-            failed, mean_used, tv = route_verdict(peaked.arm("baseline", tokens=5),
-                                                  peaked.speculative_arm("candidate", tokens=5, fault=fault),
-                                                  prompts=4, budget=budget, seed=run, settings=ACTIVE[fault])
-            hits += failed
-            used.append(mean_used)
-            tvs.append(tv)
-        rows.append(Row(f"synthetic {fault}", float(np.median(tvs)), float(np.mean(used)), hits / runs, 4, runs,
-                        time.perf_counter() - start))
-    return rows
-
-
-def reference_rows(runs: int, prompts: int) -> list[Row]:
-    """The reference engine's faults against the transformers AR baseline, through the route adapters."""
-    from pathlib import Path
-
-    import torch
-
-    from spec_route_suite.equivalence.distribution import RouteArm, RouteScorer, position_entropies, select_prompts
-    from spec_route_suite.fixtures.prompts.encode import encode_record
-    from spec_route_suite.fixtures.prompts.records import load_prompt_set
-    from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-    from spec_route_suite.fixtures.routes.registry import build_route
-    from spec_route_suite.fixtures.routes.spec import default_baseline, parse_route_uri
-    from spec_route_suite.fixtures.session import RouteHandle
-
-    torch.set_num_threads(1)
-    loop = BackgroundLoop()
-    base_spec = default_baseline()
-    baseline = RouteHandle(build_route(base_spec), base_spec, loop, 600)
-    tokenizer = baseline.route.tokenizer
-    records = load_prompt_set()
-    ids = [encode_record(tokenizer, r) for r in records]
-    vocab = len(tokenizer)
-    tokens = 10  # two verify blocks of k = 4: what the route suite samples on a fast (batched) route
-    prompt_ids = {}
-    for setting in GRID:  # chosen per setting on the baseline alone, as the route suite does
-        selector = ProbabilityOracle(RouteScorer(baseline, ids, vocab=vocab), setting)
-        chosen = select_prompts([position_entropies(selector, i, tokens) for i in range(len(ids))], prompts)
-        prompt_ids[setting] = [ids[i] for i in chosen]
-    budget = budget_for(prompts, tokens)
-    rows = []
-    for fault in (None, *FAULTS):
-        spec = parse_route_uri("candidate", "reference:" + (f"?fault={fault}" if fault else ""), base=Path("."))
-        candidate = RouteHandle(build_route(spec), spec, loop, 600)
-        start, hits, used, tvs = time.perf_counter(), 0, [], []
-        for run in range(runs):
-            failed, mean_used, tv = route_verdict(
-                None, None, prompts=prompts, budget=budget, seed=run, settings=ACTIVE.get(fault, GRID),
-                arms_for=lambda s: (RouteArm(baseline, prompt_ids[s], tokens=tokens),
-                                    RouteArm(candidate, prompt_ids[s], tokens=tokens)),
-                oracle_for=lambda s: ProbabilityOracle(RouteScorer(baseline, prompt_ids[s], vocab=vocab), s))
-            hits += failed
-            used.append(mean_used)
-            tvs.append(tv)
-        candidate.close()
-        rows.append(Row(f"reference {fault or 'correct (A/A)'}", float(np.median(tvs)), float(np.mean(used)),
-                        hits / runs, prompts, runs, time.perf_counter() - start))
-        print(" | ".join(rows[-1].cells()), flush=True)
-    baseline.close()
-    loop.close()
-    return rows
-
-
-def table(rows: list[Row]) -> str:
-    header = ["fault / shift", "TV shift", "samples used", "power", "x bound@5%", "x bound@TV", "s/run"]
-    lines = [header] + [r.cells() for r in rows]
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [header] + rows
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = [" | ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
     out.insert(1, "-+-".join("-" * w for w in widths))
@@ -180,19 +149,25 @@ def table(rows: list[Row]) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--synthetic-runs", type=int, default=100)
-    parser.add_argument("--reference-runs", type=int, default=3)
-    parser.add_argument("--reference-prompts", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=40, help="verdicts per budget on the power ladder")
+    parser.add_argument("--aa-runs", type=int, default=1000)
+    parser.add_argument("--reference-runs", type=int, default=2)
     parser.add_argument("--skip-reference", action="store_true")
     args = parser.parse_args(argv)
-    budget = budget_for(6, 3)
-    print(f"budget planned for TV {DESIGN_TV} at alpha {ALPHA} (gate level {budget.level:.4f}), power {POWER}; "
-          f"sequential plan looks {PLAN.looks}, inflation {PLAN.inflation}\n")
-    rows = synthetic_rows(args.synthetic_runs)
-    print(table(rows), flush=True)
+    print(f"alpha {ALPHA} over {len(GRID)} grid settings, power {POWER}, sequential looks {PLAN.looks}\n")
+    print(budget_table(), "\n", flush=True)
+    print(aa_rate(args.aa_runs), "\n", flush=True)
+    header = ["shift (synthetic pair, 4 prompts)", "design", "power at TV-0.05 budget",
+              "samples drawn per setting at power 0.9", "planned max there", "s"]
+    rows = []
+    for row in (*FAULTS, "temperature x0.95", "temperature x0.98"):
+        for design in DESIGNS:
+            rows.append(power_row(row, design, args.runs).cells())
+            print(" | ".join(rows[-1]), flush=True)
+    print("\n" + table(header, rows), flush=True)
     if not args.skip_reference:
-        print("\nreference engine (transformers AR baseline):", flush=True)
-        print(table(reference_rows(args.reference_runs, args.reference_prompts)))
+        from benchmarks.power_reference import reference_table
+        print("\n" + reference_table(args.reference_runs), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ verify block and the step after it is a boundary once.
 Cases are built from the baseline's own greedy output so that each stop condition
 really fires inside the sweep: a stop string or stop token id first completed at output
 token j, and "EOS reachable" prompts (prompt + output up to j tokens before the
-baseline's EOS) so EOS falls at j. Every completion is checked on its own (invariants
-below) and then against the other route (equal tokens, text and finish_reason).
+baseline's EOS) so EOS falls at j. Every completion is checked on its own (the rules of
+equivalence/rules.py), the two routes' violations of the same case are judged as a pair (what both
+break alike is engine behaviour), and the answers are compared (equal tokens, text and finish_reason).
 A text-level answer (a server without token ids) has no token positions of its own: it is
-checked on what text and the server's usage count show (`text_violations`), and against the
+checked on what text and the server's usage count show (rules.text_violations), and against the
 other route by text and finish_reason; a stop or EOS handled one token late shows there only
 when the text differs.
 Environment: none.
@@ -22,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
+from spec_route_suite.equivalence.differential import Differential, control_line
+from spec_route_suite.equivalence.rules import Violation, answer_violations, judge
+from spec_route_suite.equivalence.depth import DEFAULT_DEPTH, draft_depth
 from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory, TokenIds
 from spec_route_suite.fixtures.routes.textlevel import is_text_level
 
 Decode = Callable[[Sequence[int]], str]
-DEFAULT_DEPTH = 4
-DEPTH_KEYS = ("num_speculative_tokens", "num_assistant_tokens", "num_draft_tokens", "prompt_lookup_num_tokens",
-              "speculative_num_draft_tokens", "k")
 VARIANTS = ("plain", "eos", "ignore_eos", "stop_string", "stop_token")
 
 
@@ -57,17 +58,8 @@ class Case:
 
 
 def speculation_depth(inventory: RouteInventory | None, spec=None, default: int = DEFAULT_DEPTH) -> int:
-    """Draft tokens per step: from the route's inventory, else its spec, else `default`."""
-    speculation = dict(inventory.speculation) if inventory is not None else {}
-    for key in DEPTH_KEYS:
-        value = speculation.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    for attr in ("num_assistant_tokens", "prompt_lookup"):
-        value = getattr(spec, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return default
+    """Draft tokens per step (equivalence/depth.py says where it came from)."""
+    return draft_depth(inventory, spec, default).k
 
 
 def first_completion(tokens: Sequence[int], *, predicate: Callable[[Sequence[int]], bool]) -> int | None:
@@ -144,87 +136,46 @@ def build_cases(*, variant: str, prompt_ids: TokenIds, reference: Completion, de
     raise ValueError(f"unknown variant {variant!r}")
 
 
-def violations(*, case: Case, completion: Completion, decode: Decode) -> list[str]:
-    """What is wrong with one route's answer to one case, on its own."""
-    if completion.text_level:
-        return text_violations(case=case, completion=completion)
-    req, tokens = case.request, list(completion.token_ids)
-    problems = []
-    if len(tokens) > req.max_tokens:
-        problems.append(f"{len(tokens)} tokens for max_tokens={req.max_tokens}")
-    if completion.usage_completion_tokens is not None and completion.usage_completion_tokens != len(tokens):
-        problems.append(f"usage.completion_tokens={completion.usage_completion_tokens} "
-                        f"but {len(tokens)} tokens returned")
-    stopped_at = first_completion(tokens, predicate=lambda t: _stops(t, case, decode))
-    if stopped_at is not None and stopped_at < len(tokens) - 1:
-        problems.append(f"{len(tokens) - 1 - stopped_at} token(s) after the stop condition completed at token "
-                        f"{stopped_at}: {decode(tokens[stopped_at + 1:])!r}")
-    for stop in req.stop:
-        if stop in completion.text:
-            problems.append(f"returned text still contains the stop string {stop!r}")
-    ended_by_stop = stopped_at is not None
-    if ended_by_stop and completion.finish_reason != "stop":
-        problems.append(f"finish_reason {completion.finish_reason!r} but the output ends at a stop condition")
-    elif not ended_by_stop:
-        if completion.finish_reason == "length" and len(tokens) < req.max_tokens:
-            problems.append(f"finish_reason 'length' after {len(tokens)} of max_tokens={req.max_tokens}")
-        elif completion.finish_reason == "stop" and (len(tokens) >= req.max_tokens or not case.can_stop):
-            problems.append(f"finish_reason 'stop' after {len(tokens)} tokens without a stop condition")
-        elif completion.finish_reason not in ("stop", "length"):
-            problems.append(f"unexpected finish_reason {completion.finish_reason!r}")
-    return problems
-
-
-def text_violations(*, case: Case, completion: Completion) -> list[str]:
-    """The invariants a text-level answer still shows: the server's own token count, stop strings, finish."""
-    req, used = case.request, completion.usage_completion_tokens
-    problems = []
-    if used is not None and used > req.max_tokens:
-        problems.append(f"usage.completion_tokens={used} for max_tokens={req.max_tokens}")
-    for stop in req.stop:
-        if stop in completion.text:
-            problems.append(f"returned text still contains the stop string {stop!r}")
-    if completion.finish_reason not in ("stop", "length"):
-        problems.append(f"unexpected finish_reason {completion.finish_reason!r}")
-    elif completion.finish_reason == "length" and used is not None and used < req.max_tokens:
-        problems.append(f"finish_reason 'length' after usage.completion_tokens={used} of max_tokens={req.max_tokens}")
-    elif completion.finish_reason == "stop" and not case.can_stop:
-        problems.append("finish_reason 'stop' without a stop condition")
-    return problems
-
-
-def _stops(tokens: Sequence[int], case: Case, decode: Decode) -> bool:
-    if tokens and tokens[-1] in case.stop_ids:
-        return True
-    return bool(case.request.stop) and any(s in decode(tokens) for s in case.request.stop)
+def violations(*, case: Case, completion: Completion, decode: Decode) -> list[Violation]:
+    """What is wrong with one route's answer to one case, on its own (equivalence/rules.py names each rule)."""
+    return answer_violations(request=case.request, completion=completion, decode=decode, stop_ids=case.stop_ids)
 
 
 @dataclass
 class SweepResult:
     """Problems found by one sweep, each prefixed by its case; `first_bad` is the first failing case.
 
-    A case where the baseline itself breaks a boundary rule is the baseline's problem
-    (`baseline_problems`): the candidate is then judged on its own violations only, since a
-    difference from a wrong reference says nothing against it."""
+    Every case's two answers are judged as a pair (equivalence/rules.py): a rule both break the same
+    way is engine behaviour (`shared`, reported by the caller's Differential as an engine note); a
+    rule the baseline alone breaks is the baseline's problem (`baseline_problems`), and a difference
+    from a reference broken that way says nothing against the candidate, so it is not compared."""
 
     cases: int
     problems: list[str]
     first_bad: tuple[Case, Completion, Completion] | None = None
     text_level: bool = False   # some answer came from a server without token ids
     baseline_problems: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)
 
 
-def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode) -> SweepResult:
-    """Send every case to both routes (RouteHandles); check each answer alone and against the other."""
+def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode,
+              differential: Differential | None = None) -> SweepResult:
+    """Send every case to both routes (RouteHandles); judge each answer's rules against the other's, then
+    compare the two answers (when the baseline's is a trustworthy reference)."""
     result = SweepResult(cases=len(cases), problems=[])
     for case in cases:
         expected, actual = baseline.generate(case.request), candidate.generate(case.request)
         result.text_level = result.text_level or is_text_level(expected, actual)
-        found = [f"candidate '{candidate.name}': {p}" for p in violations(case=case, completion=actual, decode=decode)]
-        broken = [f"baseline '{baseline.name}': {p}" for p in violations(case=case, completion=expected, decode=decode)]
-        if not broken:
+        theirs = violations(case=case, completion=expected, decode=decode)
+        ours = violations(case=case, completion=actual, decode=decode)
+        verdict = (differential.judge(label=case.label, request=case.request, baseline_answer=expected,
+                                      baseline_violations=theirs, candidate_violations=ours)
+                   if differential is not None else judge(baseline=theirs, candidate=ours))
+        found = [f"candidate '{candidate.name}': {v.detail} ({control_line(theirs)})" for v in verdict.candidate]
+        if verdict.baseline_trusted:
             found += differences(baseline=expected, candidate=actual)
-        result.baseline_problems += [f"[{case.label}] {p}" for p in broken]
+        result.baseline_problems += [f"[{case.label}] baseline '{baseline.name}': {v.detail}" for v in verdict.baseline]
+        result.shared += [f"[{case.label}] both routes: {v.detail}" for v in verdict.shared]
         if found:
             result.first_bad = result.first_bad or (case, expected, actual)
             result.problems += [f"[{case.label}] {p}" for p in found]

@@ -13,12 +13,15 @@ Environment: none.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 import pytest
 
+from spec_route_suite.fixtures.models.corpus import render_chat
 from spec_route_suite.fixtures.prompts.chat import chat_request
-from spec_route_suite.fixtures.prompts.records import PromptRecord, load_prompt_set
+from spec_route_suite.fixtures.prompts.prompt_set import chat_picks, prompt_set
+from spec_route_suite.fixtures.prompts.records import PromptRecord
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 
@@ -30,11 +33,20 @@ COULD_DETECT = ("a chat answer (messages through the route's chat template) that
                 "a dropped or swapped last user message, a wrong template, a divergence on the chat path only")
 
 
-def chat_records(categories: Sequence[str], n: int) -> list[PromptRecord]:
-    """The first `n` chat prompts that carry messages (none when --categories leaves chat out)."""
-    if "chat" not in categories:
-        return []
-    return [r for r in load_prompt_set(("chat",)) if r.messages][:n]
+def chat_records(suite: Any, n: int) -> list[PromptRecord]:
+    """`n` chat prompts: the first of our `chat` category (none when --categories leaves chat out), or the
+    user's prompts that carry messages, one class after another (MT-Bench is multi-turn: its followups are
+    asked too, each after the baseline's answer)."""
+    prompts = prompt_set(suite)
+    return chat_picks(prompts.pool, n, user=prompts.user)
+
+
+def next_turn(first: PromptRecord, current: PromptRecord, *, answer: str, turn: int) -> PromptRecord:
+    """Turn `turn` + 1 of a multi-turn prompt: the conversation so far, the baseline's answer to it, and the next
+    user question (both routes get the same conversation, so a later turn is judged on identical input)."""
+    messages = current.messages + (("assistant", answer), ("user", first.followups[turn - 1]))
+    return replace(current, id=f"{first.id}-turn{turn + 1}", messages=messages,
+                   text=render_chat(messages, add_generation_prompt=True), followups=())
 
 
 def lacking_chat(*handles: Any) -> str | None:
@@ -56,12 +68,20 @@ def skip_without_chat(findings, candidate, *handles: Any, reason: str | None = N
 
 
 def chat_shape(record: PromptRecord, tokenizer: Any, fitted_prompts: Any, *, max_tokens: int,
-               request_id: str) -> Request:
-    """The record as a greedy chat request; skipped (not verified) when its rendering does not fit the context
-    (a chat prompt cannot be trimmed without changing its messages)."""
+               request_id: str, routes: Sequence[Any] = ()) -> Request:
+    """The record as a greedy chat request; skipped (not verified) when it does not fit the context whole (a chat
+    prompt cannot be trimmed without changing its messages), as rendered here and as each of `routes` renders it:
+    a server applies its own chat template, which may be longer than ours (its count comes from the server, so
+    call this inside `chat_path`: a server that refuses chat says so there)."""
     req = chat_request(tokenizer, record.messages, max_tokens=max_tokens, request_id=request_id)
     if len(fitted_prompts.ids(record, max_tokens=max_tokens)) < len(req.prompt_ids):
         pytest.skip(f"not verified: chat prompt {record.id} does not fit the routes' context whole")
+    for route in routes:
+        rendered = route.prompt_tokens(req)
+        if rendered is not None and not fitted_prompts.fit.fits(rendered, max_tokens):
+            pytest.skip(f"not verified: chat prompt {record.id} is {rendered} tokens as '{route.name}' renders it "
+                        f"(its server's chat template; {len(req.prompt_ids)} here), more than "
+                        f"{fitted_prompts.fit.describe()} holds with {max_tokens} new tokens")
     return req
 
 

@@ -1,7 +1,7 @@
 """Fixtures shared by the equivalence checks: lean prompt picks.
 
 Checks that are costly per prompt (boundary sweeps, logprobs, streaming, seeds) run on a
-few "lean" prompts, one per category in order, instead of the whole prompt set, so the
+few "lean" prompts, one per class (source, category) in order, instead of the whole prompt set, so the
 default suite stays inside its time budget. The chat shape (equivalence/chat.py) takes a few chat
 prompts (`chat_prompt`, `chat_lean_prompt`). Every check sends a record's `fitted_prompts`
 ids (sized into the pair's context, fixtures/prompts/fit.py), never the record's text. The A/A
@@ -15,23 +15,28 @@ import pytest
 from spec_route_suite.equivalence.chat import GREEDY_PROMPTS, LEAN_PROMPTS as CHAT_LEAN_PROMPTS, chat_records
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
 
 LEAN_PROMPTS = 2
 
 
-def _categories(config: pytest.Config) -> tuple[str, ...]:
-    return config.stash[SUITE_CONFIG_KEY].categories
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    suite = metafunc.config.stash[SUITE_CONFIG_KEY]
     if "lean_prompt" in metafunc.fixturenames:
-        prompts = pick_lean(load_prompt_set(_categories(metafunc.config)), LEAN_PROMPTS)
+        prompts = pick_lean(prompt_pool(suite), LEAN_PROMPTS)
         metafunc.parametrize("lean_prompt", prompts, ids=[p.id for p in prompts])
     for name, n in (("chat_prompt", GREEDY_PROMPTS), ("chat_lean_prompt", CHAT_LEAN_PROMPTS)):
         if name in metafunc.fixturenames:
-            prompts = chat_records(_categories(metafunc.config), n)
+            prompts = chat_records(suite, n)
             metafunc.parametrize(name, prompts, ids=[p.id for p in prompts])
+
+
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory, pytestconfig):
+    """A folder every xdist worker of this run sees (None without xdist): work one worker did, the others read."""
+    if not hasattr(pytestconfig, "workerinput"):
+        return None
+    return tmp_path_factory.getbasetemp().parent
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ n > 1 choices sharing one random stream). Per feature and route:
   HTTP 400/422 means "not supported by this route" (not verified, never a pass);
 - parity: at temperature 0 the candidate's answer with the feature equals the baseline's;
 - effect: the feature really acted, on a request chosen so that it must (a route that accepts a
-  feature and ignores it is a finding).
+  feature and ignores it is a finding). The serving rules an answer must keep (min_tokens, n choices
+  and their usage) are equivalence/rules.py's, judged against the baseline's answer to the same request.
 The first divergence of a feature request is classified like the greedy check's, through a
 baseline view whose teacher-forced logprobs carry the feature's own adjustment (additive
 penalties, bias, the min_tokens mask); repetition_penalty rescales logits, which logprobs cannot
@@ -99,57 +100,16 @@ def boosted_effect(*, boosted: int, out: Completion) -> str | None:
     return None
 
 
-def min_tokens_effect(*, out: Completion, min_tokens: int, max_tokens: int, stop_ids: set[int]) -> str | None:
-    if out.text_level:
-        return _min_tokens_effect_from_count(out, min_tokens=min_tokens, max_tokens=max_tokens)
-    ids = out.token_ids
-    early = [i for i, t in enumerate(ids) if t in stop_ids and i < min_tokens - 1]
-    if early or len(ids) < min(min_tokens, max_tokens):
-        return f"ended after {len(ids)} tokens (stop ids at {early[:4]}) with min_tokens={min_tokens}"
-    if out.usage_completion_tokens is not None and out.usage_completion_tokens != len(ids):
-        return f"usage says {out.usage_completion_tokens} completion tokens for {len(ids)} returned"
-    ended_on_stop = bool(ids) and ids[-1] in stop_ids
-    want = "stop" if ended_on_stop else ("length" if len(ids) >= max_tokens else "?")
-    if out.finish_reason != want:
-        return f"finish_reason {out.finish_reason!r} after {len(ids)} tokens (max_tokens {max_tokens}), expected {want!r}"
-    return None
-
-
-def _min_tokens_effect_from_count(out: Completion, *, min_tokens: int, max_tokens: int) -> str | None:
-    """A text-level answer (no ids from the server): its re-tokenized length is not what the engine emitted
-    and EOS is not in the text, so the server's own count (usage, else the re-tokenized length) is judged."""
-    count = out.usage_completion_tokens if out.usage_completion_tokens is not None else len(out.token_ids)
-    if count < min(min_tokens, max_tokens):
-        return f"ended after {count} tokens (the server's count; text-level) with min_tokens={min_tokens}"
-    want = "length" if count >= max_tokens else "stop"
-    if out.finish_reason != want:
-        return f"finish_reason {out.finish_reason!r} after {count} tokens (max_tokens {max_tokens}), expected {want!r}"
-    return None
-
-
-def n_greedy_effect(*, out: Completion, n: int, expected: Sequence[int], expected_text: str | None = None) -> str | None:
+def n_greedy_parity(*, out: Completion, expected: Sequence[int], expected_text: str | None = None) -> str | None:
+    """n greedy choices, each the baseline's (n=1) answer: a parity comparison. The absolute rules of an
+    n-choice answer (n choices, usage summed) are equivalence/rules.py choices_violations."""
     if out.text_level and expected_text is not None:   # no ids from the server: the choices' texts are compared
         texts = [c.text for c in out.choices] or [out.text]
-        if len(texts) != n:
-            return f"asked for n={n} choices, got {len(texts)}"
         wrong = [i for i, t in enumerate(texts) if t != expected_text]
         return f"greedy choices {wrong} differ from the baseline's answer (text-level)" if wrong else None
     answers = [c.token_ids for c in out.choices] or [out.token_ids]
-    if len(answers) != n:
-        return f"asked for n={n} choices, got {len(answers)}"
     wrong = [i for i, a in enumerate(answers) if tuple(a) != tuple(expected)]
-    if wrong:
-        return f"greedy choices {wrong} differ from the baseline's answer"
-    return choices_usage_problem(out)
-
-
-def choices_usage_problem(out: Completion) -> str | None:
-    """An n-choice answer's usage.completion_tokens must be the sum over its choices (what vLLM bills)."""
-    answers = [c.token_ids for c in out.choices] or [out.token_ids]
-    total = sum(len(a) for a in answers)
-    if out.usage_completion_tokens is not None and out.usage_completion_tokens != total:
-        return f"usage says {out.usage_completion_tokens} completion tokens for {total} in {len(answers)} choices"
-    return None
+    return f"greedy choices {wrong} differ from the baseline's answer" if wrong else None
 
 
 def identical_samples_p(*, answers: Sequence[Sequence[int]], logprob_of_first: float) -> float | None:

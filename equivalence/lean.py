@@ -1,17 +1,9 @@
-"""Lean prompt picks: a few varied prompts for checks that are costly per prompt, and for the A/A calibration."""
+"""Lean prompt picks: a few varied prompts for checks that are costly per prompt, and for the A/A calibration.
+
+The first prompt of each class (source, category), round-robin (fixtures/prompts/prompt_set.py lean_picks).
+"""
 from __future__ import annotations
 
-from spec_route_suite.fixtures.prompts.records import PromptRecord
+from spec_route_suite.fixtures.prompts.prompt_set import lean_picks as pick_lean
 
-
-def pick_lean(prompts: list[PromptRecord], n: int) -> list[PromptRecord]:
-    """The first prompt of each category, round-robin, up to n: varied content at a fixed cost."""
-    by_category: dict[str, list[PromptRecord]] = {}
-    for prompt in prompts:
-        by_category.setdefault(prompt.category, []).append(prompt)
-    picked: list[PromptRecord] = []
-    depth = 0
-    while len(picked) < n and any(depth < len(v) for v in by_category.values()):
-        picked.extend(v[depth] for v in by_category.values() if depth < len(v))
-        depth += 1
-    return picked[:n]
+__all__ = ["pick_lean"]

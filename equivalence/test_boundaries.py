@@ -2,7 +2,8 @@
 
 One test per (variant, lean prompt); each sends k+2 short greedy requests to both routes
 and checks every answer on its own (length, usage, nothing after a stop, finish_reason)
-and against the other route. When the baseline's output on the lean prompt cannot host
+and against the other route: a rule the baseline breaks the same way on the same case is an
+"engine" note (equivalence/differential.py), not a finding. When the baseline's output on the lean prompt cannot host
 the variant's stop condition (too short, no EOS), the next few prompts are tried; with
 none, the variant is skipped as "not verified". The chat shape (check family "chat") sweeps the
 plain and stop-string variants on a chat request (equivalence/chat.py).
@@ -14,16 +15,20 @@ from dataclasses import replace
 import pytest
 
 from spec_route_suite.equivalence import chat
-from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_sweep, speculation_depth
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_sweep, violations
+from spec_route_suite.equivalence.depth import draft_depth
+from spec_route_suite.equivalence.differential import Differential, control
+from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, parity_repro
 
 pytestmark = pytest.mark.check("boundary")
 
 SEARCH = 5
 SHOWN = 12
+REPRO_ATTEMPTS = 20   # a rule broken on 20% of requests reproduces within 20 resends 99 times in 100
 
 
 def _reference(baseline, prompt_ids, prompt, max_tokens: int):
@@ -33,17 +38,16 @@ def _reference(baseline, prompt_ids, prompt, max_tokens: int):
 
 
 def _sources(lean_prompt, suite_config):
-    """The lean prompt, the next of its category, then the first of each following category.
+    """The lean prompt, the next of its class, then the first of each following class (source, category).
 
     For variants whose stop condition may not fire on the lean prompt (a short answer, no EOS);
-    following categories first, so two lean prompts do not fall back onto each other.
+    following classes first, so two lean prompts do not fall back onto each other.
     """
-    everything = load_prompt_set(suite_config.categories)
-    categories = list(dict.fromkeys(p.category for p in everything))
-    start = categories.index(lean_prompt.category)
-    same = [p for p in everything if p.category == lean_prompt.category and p.id != lean_prompt.id][:1]
-    following = [next(p for p in everything if p.category == c)
-                 for c in categories[start + 1:] + categories[:start]]
+    everything = prompt_pool(suite_config)
+    groups = list(dict.fromkeys(p.group for p in everything))
+    start = groups.index(lean_prompt.group)
+    same = [p for p in everything if p.group == lean_prompt.group and p.id != lean_prompt.id][:1]
+    following = [next(p for p in everything if p.group == g) for g in groups[start + 1:] + groups[:start]]
     return [lean_prompt, *same, *following][:SEARCH]
 
 
@@ -53,13 +57,13 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, fi
     lacking = [h.name for h in (baseline, candidate) if variant == "stop_token" and not h.capabilities.stop_token_ids]
     if lacking:
         pytest.skip(f"not verified: stop_token boundaries: {', '.join(lacking)} cannot stop on token ids")
-    depth = speculation_depth(candidate.inventory(), candidate.spec)
+    depth = draft_depth(candidate.inventory(), candidate.spec)
     notes = []
     for source in _sources(lean_prompt, suite_config):
         # room for the EOS variants: the prompt grows by up to max_new_tokens - 1 output tokens, the sweep by k + 2
-        fitted = fitted_prompts.ids(source, max_tokens=suite_config.max_new_tokens + depth + 2)
+        fitted = fitted_prompts.ids(source, max_tokens=suite_config.max_new_tokens + depth.k + 2)
         prompt_ids, ref = _reference(baseline, fitted, source, suite_config.max_new_tokens)
-        cases, how = build_cases(variant=variant, prompt_ids=prompt_ids, reference=ref, depth=depth,
+        cases, how = build_cases(variant=variant, prompt_ids=prompt_ids, reference=ref, depth=depth.k,
                                  eos_token_id=eos_token_id, decode=tokenizer.decode,
                                  request_id=f"boundary-{variant}-{source.id}")
         if cases:
@@ -77,12 +81,12 @@ def test_chat_boundary_sweep(variant, chat_lean_prompt, baseline, candidate, tok
                              eos_token_id, findings):
     """The sweep on a chat request: the stop conditions and length cap hold on the chat template path too."""
     chat.skip_without_chat(findings, candidate, baseline, candidate)
-    depth = speculation_depth(candidate.inventory(), candidate.spec)
-    ref_req = chat.chat_shape(chat_lean_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
-                              request_id=f"chat-greedy-{chat_lean_prompt.id}")
+    depth = draft_depth(candidate.inventory(), candidate.spec)
     with chat.chat_path(findings, candidate):
+        ref_req = chat.chat_shape(chat_lean_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
+                                  request_id=f"chat-greedy-{chat_lean_prompt.id}", routes=(baseline, candidate))
         reference = baseline.generate(ref_req)
-        cases, how = build_cases(variant=variant, prompt_ids=ref_req.prompt_ids, reference=reference, depth=depth,
+        cases, how = build_cases(variant=variant, prompt_ids=ref_req.prompt_ids, reference=reference, depth=depth.k,
                                  eos_token_id=eos_token_id, decode=tokenizer.decode,
                                  request_id=f"chat-boundary-{variant}-{chat_lean_prompt.id}")
         if not cases:
@@ -93,17 +97,23 @@ def test_chat_boundary_sweep(variant, chat_lean_prompt, baseline, candidate, tok
 
 
 def judge_sweep(variant, source, cases, how, depth, *, baseline, candidate, tokenizer, findings,
-                check: str = "boundary") -> None:
-    """Run one sweep on both routes, record coverage and report every violation."""
+                check: str = "boundary", counts: dict | None = None) -> None:
+    """Run one sweep on both routes, record coverage, note what both routes break alike (engine behaviour)
+    and report what the candidate alone breaks, with the baseline's answer to the same case as its control."""
     shape = "chat " if cases and cases[0].request.chat else ""
-    result = run_sweep(baseline=baseline, candidate=candidate, cases=cases, decode=tokenizer.decode)
+    differential = Differential(findings, check=check, baseline=baseline, candidate=candidate, prompt_id=source.id)
+    result = run_sweep(baseline=baseline, candidate=candidate, cases=cases, decode=tokenizer.decode,
+                       differential=differential)
+    differential.close()
     problems, level = result.problems, level_details(result.text_level)
     if result.text_level:
         findings.measure("comparison", check=check, variant=variant, prompt_id=source.id, route=candidate.name,
                          **level)
-    findings.cover(check, candidate.name, verified=True, ran={"chat boundary cases" if shape else "cases": result.cases},
-                   could_detect=f"{shape}tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth})"
-                                + (" (text-level)" if result.text_level else ""))
+    findings.cover(check, candidate.name, verified=depth.known,
+                   ran={"chat boundary cases" if shape else "cases": result.cases, **(counts or {})},
+                   could_detect=f"{shape}tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth.k}, "
+                                f"{depth.source})" + (" (text-level)" if result.text_level else ""),
+                   reason=depth.gap())
     if result.baseline_problems:
         findings.add(Finding(
             check=check, severity="bug", route=baseline.name, prompt_id=source.id,
@@ -116,15 +126,21 @@ def judge_sweep(variant, source, cases, how, depth, *, baseline, candidate, toke
     shown = "\n".join(problems[:SHOWN]) + (f"\n... {len(problems) - SHOWN} more" if len(problems) > SHOWN else "")
     findings.add(Finding(
         check=check, severity="bug", route=candidate.name, prompt_id=source.id,
-        title=(f"{shape}{variant} boundary violations on prompt {source.id} (k={depth}; first: {case.label})"
+        title=(f"{shape}{variant} boundary violations on prompt {source.id} (k={depth.k}; first: {case.label})"
                + title_suffix(text_level=result.text_level)),
-        details={"diff": shown, "how": how, "speculation_depth": depth, **level,
+        details={"diff": shown, "how": how, "speculation_depth": depth.k, "depth_source": depth.source, **level,
                  "first_case": {"prompt_ids": list(case.request.prompt_ids), "max_tokens": case.request.max_tokens,
                                 "stop": list(case.request.stop), "stop_token_ids": list(case.request.stop_token_ids),
                                 "ignore_eos": case.request.ignore_eos,
                                 **({"messages": [list(m) for m in case.request.messages]} if shape else {})},
                  "baseline_tokens": list(expected.token_ids), "candidate_tokens": list(actual.token_ids),
-                 "problems": problems[:100]}))
+                 "baseline_control": control(case.label, expected, violations(case=case, completion=expected,
+                                                                              decode=tokenizer.decode)),
+                 "problems": problems[:100], "both_routes": result.shared[:20],
+                 # an engine may break a rule on some requests only (a per-request fault, a race): the script
+                 # resends the case up to REPRO_ATTEMPTS times and stops at the first reproduction
+                 "repro": parity_repro([case.request], candidate=candidate, baseline=baseline, fields=ANSWER_FIELDS,
+                                       expected=[expected], actual=[actual], attempts=REPRO_ATTEMPTS)}))
     pytest.fail(f"{shape}{variant} sweep on prompt {source.id} (baseline '{baseline.name}' vs candidate "
-                f"'{candidate.name}', k={depth}; {how}){title_suffix(text_level=result.text_level)}:\n{shown}",
+                f"'{candidate.name}', k={depth.k}; {how}){title_suffix(text_level=result.text_level)}:\n{shown}",
                 pytrace=False)

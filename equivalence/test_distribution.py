@@ -1,16 +1,20 @@
 """Sampled outputs: the candidate must draw from the baseline's distribution at every grid setting.
 
 One test per sampling setting (equivalence/distribution.py GRID), each at alpha / len(GRID), so
-the route's false-alarm rate over the grid is <= alpha. A failure is reported only after a further
-look confirms it (cumulative samples); the finding also carries the gate's p-value on the fresh
-samples alone, the prompts BH points at, their bins and
-counts, and the smallest TV shift this budget could have seen (also recorded when it passes).
+the route's false-alarm rate over the grid is <= alpha. Where the baseline's scores give the
+setting's probabilities exactly, the scoring test samples the candidate alone against them (a
+quarter of the two-sample requests); elsewhere both routes sample (equivalence/distribution_plan.py);
+the coverage row and every finding say which test decided and why. A failure is reported only after
+a further look confirms it (cumulative samples); the finding also carries the gate's p-value on the
+fresh samples alone, the baseline's own p-value under the scoring test, the prompts BH points at,
+their bins and counts, and the smallest TV shift this budget could have seen (also recorded when it
+passes).
 The grid point with min_p probes it first on both routes; when either refuses it, the point runs
 without min_p and the coverage table's `distribution: min_p` row says "not supported by this route"
 (the candidate refused) or "not verified" (the baseline did), never a pass. On
 a candidate with capability `n`, half its samples come from n=4 requests pooled with the single
-ones (equivalence/distribution.py RouteArm); a usage.completion_tokens that is not the sum over
-the choices is a finding.
+ones (equivalence/distribution_routes.py RouteArm); a usage.completion_tokens that is not the sum over
+the choices is a finding, unless the baseline bills the same request the same way (an engine note).
 """
 from __future__ import annotations
 
@@ -18,51 +22,58 @@ from dataclasses import replace
 
 import pytest
 
-from spec_route_suite.equivalence.distribution import (GRID, N_CHOICES, RouteArm, plan_route_run, run_check,
-                                                        setting_alpha, setting_probe)
+from spec_route_suite.equivalence.differential import Differential, control
+from spec_route_suite.equivalence.distribution import GRID, SCORING, run_distribution, setting_alpha
+from spec_route_suite.equivalence.distribution_plan import plan_route_run
+from spec_route_suite.equivalence.distribution_routes import N_CHOICES, RouteArm, setting_probe, setting_request
 from spec_route_suite.equivalence.features import Refusal, probe
-from spec_route_suite.equivalence.stats.families import GATE
-from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
+from spec_route_suite.equivalence.rules import choices_violations
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.fixtures.prompts.fit import suite_prompts
+from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+from spec_route_suite.fixtures.routes.base import Completion
 from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import distribution_repro, rule_repro
 
 pytestmark = pytest.mark.check("distribution")
 
 PLAN = SequentialPlan()
+REPRO_MIN_SAMPLES, REPRO_MAX_SAMPLES, REPRO_EXCESS = 100, 2000, 43.0
+REPRO_SCORED_MIN, REPRO_SCORED_MULTIPLE = 400, 16
 BUDGET_NOTE = ("the smallest TV shift (per prompt, worst direction) this budget detects with power 0.9; "
                "raise it with --samples-per-prompt or a batched/concurrent route")
 
 
 @pytest.mark.parametrize("setting", GRID, ids=[s.name for s in GRID])
 def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, tokenizer, fitted_prompts, suite_config,
-                               findings):
-    records = suite_prompts(suite_config.categories, suite_config.prompt_limit)
+                               findings, shared_dir):
+    records = run_prompts(suite_config)
     setting, min_p_refusal = _min_p_supported(setting, baseline, candidate, fitted_prompts.ids(records[0], 1))
-    run = plan_route_run(baseline=baseline, candidate=candidate,
-                         records=records,
-                         encode=fitted_prompts.ids, tokenizer=tokenizer, suite_config=suite_config, setting=setting,
-                         plan=PLAN)
-    budget, prompt_names = run.budget, run.prompt_names
+    run = plan_route_run(baseline=baseline, candidate=candidate, records=records, encode=fitted_prompts.ids,
+                         tokenizer=tokenizer, suite_config=suite_config, setting=setting, plan=PLAN, shared=shared_dir)
+    prompt_names = run.prompt_names
     arms = {name: RouteArm(handle, run.prompt_ids, tokens=run.tokens, text_level=run.text_level, tokenizer=tokenizer,
                            n_choices=N_CHOICES if name == "candidate" else 0)
             for name, handle in (("baseline", baseline), ("candidate", candidate))}
-    result = run_check(baseline=arms["baseline"], candidate=arms["candidate"], prompts=len(run.prompt_ids),
-                       setting=setting, budget=budget, alpha=setting_alpha(suite_config.alpha), seed=suite_config.seed,
-                       oracle=ProbabilityOracle(run.scorer, setting) if run.scorer else None, plan=PLAN)
-
+    result = run_distribution(baseline=arms["baseline"], candidate=arms["candidate"], prompts=len(run.prompt_ids),
+                              setting=setting, alpha=setting_alpha(suite_config.alpha), seed=suite_config.seed,
+                              two_sample=run.budget, scoring=run.scoring(setting, suite_config.seed),
+                              oracle=run.oracle(setting), plan=PLAN)
+    budget = result.budget
+    design = _design(run, result)
     families = {name: result.family_report(name) for name in result.hypotheses}
+    _class_outcomes(findings, result, records, run.prompt_names, setting=setting.name, route=candidate.name)
     for name, report in families.items():
         findings.measure("p_value", name=f"{setting.name}/{name}", p_value=report["holm_adjusted"])
     summary = {
-        "setting": setting.__dict__, "prompts": prompt_names, "budget": budget.as_dict(),
+        "setting": setting.__dict__, "prompts": prompt_names, "budget": budget.as_dict(), **design,
         "samples_used_per_arm_per_prompt": result.samples_used, "look_sizes": list(result.look_sizes),
         "stopped": result.stopped, "alpha_this_setting": result.alpha, "seed": suite_config.seed,
         "min_detectable_tv": budget.min_detectable_tv, "min_detectable_tv_note": BUDGET_NOTE,
         "score_based_families": run.scorer is not None, "serial_route": run.serial, **level_details(run.text_level),
         "candidate_samples_from_n_choices": arms["candidate"].pooled, "n_choices_refused": arms["candidate"].n_refused,
+        "samples_drawn": result.requests(), "scoring_requests": run.top.requests if run.top else 0,
     }
     findings.measure("distribution_budget", **summary)
     if run.text_level:
@@ -72,14 +83,16 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
     findings.cover("distribution", candidate.name, verified=detectable <= wanted,
                    ran={"settings": 1, "prompt-settings": len(run.prompt_ids),
                         "samples per arm": result.samples_used * len(run.prompt_ids)},
-                   could_detect=f"{setting.name}: TV >= {detectable:.3f} per prompt (power {budget.power})"
+                   could_detect=f"{setting.name}: TV >= {detectable:.3f} per prompt (power {budget.power}), "
+                                f"{design['test']}: {design['why']}"
                                 + (f"; {arms['candidate'].pooled} samples from n={N_CHOICES} requests pooled in"
                                    if arms["candidate"].pooled else ""),
                    reason=(f"{setting.name}: minimum detectable TV {detectable:.3f} is above --detect-tv {wanted}"
                            + (" (a serial route's capped budget)" if run.serial else "")))
     _cover_min_p(findings, setting, candidate.name, min_p_refusal, verified=detectable <= wanted,
+                 ran={"prompt-settings": len(run.prompt_ids), "samples per arm": result.samples_used * len(run.prompt_ids)},
                  could_detect=f"min_p / top_k applied on one side only ({setting.name}: TV >= {detectable:.3f})")
-    _usage_summed(arms["candidate"], setting, findings)
+    _usage_summed(arms["candidate"], setting, findings, baseline=baseline, candidate=candidate)
     inconsistent = result.evidence.baseline_inconsistent
     if inconsistent:
         findings.add(Finding(
@@ -90,33 +103,85 @@ def test_sampling_distribution(setting: SamplingSetting, baseline, candidate, to
     if not result.failed:
         findings.add(Finding(
             check="distribution", severity="info", route=candidate.name,
-            title=(f"{setting.name}: no distribution shift found ({result.stopped}); this budget detects TV shifts "
-                   f">= {budget.min_detectable_tv:.3f} per prompt with power {budget.power}"
+            title=(f"{setting.name}: no distribution shift found by the {design['test']} ({result.stopped}); this "
+                   f"budget detects TV shifts >= {budget.min_detectable_tv:.3f} per prompt with power {budget.power}"
                    + title_suffix(text_level=run.text_level)),
             details={**summary, "families": families}))
         return
-    failing = [n for n, r in families.items() if r["rejected"]]
+    failing = result.standing()
     prompts = result.evidence.prompt_report(decode=tokenizer.decode, prompt_ids=prompt_names)
-    gate = families[GATE]
+    gate = families[result.gate]
     fresh = result.fresh_gate_pvalue()
     title = (f"{setting.name}: sampled tokens differ from the baseline's distribution ({', '.join(failing)}); "
              f"gate p={fresh:.2g} on fresh samples only (drawn after the screening look, p={gate['screen_p']:.2g})"
              if gate["rejected"] and fresh is not None else
              f"{setting.name}: sampled tokens differ from the baseline's distribution ({', '.join(failing)})"
              ) + title_suffix(text_level=run.text_level)
-    findings.add(Finding(
-        check="distribution", severity="bug", route=candidate.name, prompt_id=prompts[0]["prompt_id"], title=title,
-        details={**summary, "families": families, "failing_families": failing,
-                 "gate_fresh_samples_p": fresh, "prompts_by_significance": prompts}))
-    lines = [f"  {n}: Holm-adjusted p={families[n]['holm_adjusted']:.3g} (screen p={families[n]['screen_p']}, "
-             f"cumulative confirm p={families[n]['confirm_p']}, screening samples included)" for n in failing]
     top = prompts[0]
+    request = setting_request(run.prompt_ids[prompt_names.index(top["prompt_id"])], setting, run.tokens,
+                              seed=suite_config.seed if baseline.capabilities.seed and candidate.capabilities.seed
+                              else None, tag=f"dist-repro-{setting.name}")
+    findings.add(Finding(
+        check="distribution", severity="bug", route=candidate.name, prompt_id=top["prompt_id"], title=title,
+        details={**summary, "families": families, "failing_families": failing,
+                 "gate_fresh_samples_p": fresh, "prompts_by_significance": prompts,
+                 "repro": distribution_repro(request, candidate=candidate, baseline=baseline, tokens=run.tokens,
+                                             samples=repro_samples(top),
+                                             n_choices=N_CHOICES if arms["candidate"].pooled else 1)}))
+    lines = [f"  {n}: Holm-adjusted p={families[n]['holm_adjusted']:.3g} (screen p={families[n]['screen_p']}, "
+             f"cumulative confirm p={families[n]['confirm_p']}, screening samples included"
+             + (f"; the baseline's own samples: p={families[n]['baseline_control_p']:.3g}"
+                if "baseline_control_p" in families[n] else "") + ")" for n in failing]
+    reference = (f"    expected  {top['expected_counts']}" if "expected_counts" in top else
+                 f"    baseline  {top['baseline_counts']}")
     pytest.fail(
         f"candidate '{candidate.name}' does not sample from baseline '{baseline.name}''s distribution at "
-        f"{setting.name} ({result.stopped}):\n" + "\n".join(lines) +
+        f"{setting.name} ({design['test']}, {result.stopped}):\n" + "\n".join(lines) +
         f"\n  most significant prompt {top['prompt_id']} (p={top['pvalue']:.3g}, observed TV {top['observed_tv']:.3f}):"
-        f"\n    bins      {top['bins']}\n    baseline  {top['baseline_counts']}\n    candidate {top['candidate_counts']}",
+        f"\n    bins      {top['bins']}\n{reference}\n    candidate {top['candidate_counts']}",
         pytrace=False)
+
+
+def _class_outcomes(findings, result, records, prompt_names, *, setting: str, route: str) -> None:
+    """Each sampled prompt's outcome under its class, for the report's per-class table: "shift" where the check
+    failed and Benjamini-Hochberg points at the prompt, else "no shift found" (with its per-prompt p-value)."""
+    by_id = {r.id: r for r in records}
+    for row in result.evidence.prompt_report(decode=None, prompt_ids=prompt_names, limit=len(prompt_names)):
+        record = by_id[row["prompt_id"]]
+        findings.measure("class_outcome", check="distribution", route=route, prompt_id=record.id,
+                         source=record.source, category=record.category, setting=setting, pvalue=row["pvalue"],
+                         outcome="shift" if result.failed and row["flagged"] else "no shift found")
+
+
+def _design(run, result) -> dict:
+    """Which test decided and why (the coverage row and every finding say so)."""
+    if result.superseded is not None:
+        control = ", ".join(f"{n} p={p:.3g}" for n, p in result.superseded.control.items()
+                            if result.superseded.rejected.get(n))
+        return {"test": "two-sample test", "design": result.design,
+                "why": (f"the scoring test rejected but the baseline's own samples fail it too ({control}): its scores "
+                        f"do not describe its sampler, so the two-sample test decided on fresh samples"),
+                "superseded_scoring": {n: result.superseded.family_report(n) for n in result.superseded.hypotheses}}
+    test = ("scoring test (the candidate's samples against the baseline's exact probabilities)"
+            if result.design == SCORING else "two-sample test")
+    return {"test": test, "design": result.design, "why": run.why}
+
+
+def repro_samples(top: dict) -> int:
+    """Samples per route for the repro script's two-sample chi-square on the most significant prompt.
+
+    After the two-sample design: the suite's own samples of that prompt, scaled so the shift it measured there (its
+    statistic above its degrees of freedom) reaches REPRO_EXCESS, where a test at level 0.001 with a few cells
+    rejects about 99 times in 100 (the planted faults reproduce at p < 1e-9 with this many). After the scoring
+    design, whose one-sample statistic on a few dozen candidate samples has no two-sample equivalent (a sample the
+    baseline gives probability 0 makes it infinite): REPRO_SCORED_MULTIPLE times the candidate's samples, at
+    least REPRO_SCORED_MIN, so a shift seen once in 32 samples shows about 16 times in the repro's."""
+    if "expected_counts" in top:
+        seen = sum(top.get("candidate_counts") or []) or REPRO_MIN_SAMPLES
+        return int(min(REPRO_MAX_SAMPLES, max(REPRO_SCORED_MIN, REPRO_SCORED_MULTIPLE * seen)))
+    seen = sum(top.get("baseline_counts") or []) or REPRO_MIN_SAMPLES
+    excess = max(float(top.get("statistic") or 0.0) - float(top.get("df") or 0), 1.0)
+    return int(min(REPRO_MAX_SAMPLES, max(REPRO_MIN_SAMPLES, seen * REPRO_EXCESS / excess)))
 
 
 def _min_p_supported(setting, baseline, candidate, prompt_ids) -> tuple[SamplingSetting, Refusal | None]:
@@ -132,7 +197,8 @@ def _min_p_supported(setting, baseline, candidate, prompt_ids) -> tuple[Sampling
     return setting, None
 
 
-def _cover_min_p(findings, setting, route: str, refusal: Refusal | None, *, verified: bool, could_detect: str) -> None:
+def _cover_min_p(findings, setting, route: str, refusal: Refusal | None, *, verified: bool, could_detect: str,
+                 ran: dict) -> None:
     """The `distribution: min_p` row: verified with this point's budget, not supported when the candidate
     refused min_p, not verified when the baseline did."""
     if refusal is None and not setting.min_p:
@@ -143,18 +209,38 @@ def _cover_min_p(findings, setting, route: str, refusal: Refusal | None, *, veri
                        could_detect=could_detect,
                        reason=refusal.describe() if ours else f"the baseline refuses min_p: {refusal.describe()}")
         return
-    findings.cover("distribution", route, verified=verified, part="min_p", could_detect=could_detect,
+    findings.cover("distribution", route, verified=verified, part="min_p", could_detect=could_detect, ran=ran,
                    reason="" if verified else f"{setting.name}: the budget misses --detect-tv (see the distribution row)")
 
 
-def _usage_summed(arm: RouteArm, setting, findings) -> None:
-    """usage.completion_tokens of an n-choice answer must be the sum over its choices."""
+def _usage_summed(arm: RouteArm, setting, findings, *, baseline, candidate) -> None:
+    """usage.completion_tokens of an n-choice answer must be the sum over its choices. Judged against the
+    baseline's answer to the first such request (equivalence/rules.py): the baseline billing it the same way is
+    engine behaviour (a note, the `n_usage` part not verified); a baseline without n gives no control."""
     if not arm.usage_problems:
         return
+    req, _, ours = arm.usage_problems[0]
+    expected = probe(baseline, req, "n") if baseline.capabilities.n else None
+    label = f"{setting.name} {req.request_id}"
+    if isinstance(expected, Completion):
+        differential = Differential(findings, check="distribution", baseline=baseline, candidate=candidate)
+        theirs = choices_violations(expected)
+        verdict = differential.judge(label=label, request=req, baseline_answer=expected, baseline_violations=theirs,
+                                     candidate_violations=ours)
+        differential.close()
+        if not verdict.candidate:
+            return
+        quoted = control(label, expected, theirs)
+    else:
+        why = expected.describe() if isinstance(expected, Refusal) else "the baseline lacks capability n"
+        quoted = control(label, None, why_none=f"no control: {why}")
+    lines = [f"{r.request_id}: {'; '.join(v.detail for v in vs)}" for r, _, vs in arm.usage_problems[:8]]
     findings.add(Finding(
         check="distribution", severity="bug", route=arm.name,
         title=f"{setting.name}: n={N_CHOICES} answers report usage.completion_tokens that is not the sum over "
               f"their choices ({len(arm.usage_problems)} answers)",
-        details={"diff": "; ".join(arm.usage_problems[:8]), "feature": "n", "answers": len(arm.usage_problems)}))
+        details={"diff": "; ".join(lines), "feature": "n", "answers": len(arm.usage_problems),
+                 "baseline_control": quoted,
+                 "repro": rule_repro([req], candidate=candidate, baseline=baseline, rule="n_usage")}))
     pytest.fail(f"{setting.name}: usage not summed over the n={N_CHOICES} choices on '{arm.name}': "
-                f"{arm.usage_problems[0]}", pytrace=False)
+                f"{lines[0]}", pytrace=False)

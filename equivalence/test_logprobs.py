@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.equivalence.logprobs import all_zero_logprobs, baseline_reference, compare_logprobs, summarize
+from spec_route_suite.equivalence.logprobs import (ZERO_RUN, all_zero_logprobs, baseline_reference, compare_logprobs,
+                                                  summarize)
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing
 from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import logprobs_repro
 
 pytestmark = pytest.mark.check("logprobs")
 
 TOP_K = 5
+LOGPROB_REPRO_FLOOR = 1e-3   # the repro compares logprobs as the servers print them (JSON floats, rounded)
 
 
 def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompts, suite_config, calibration, findings):
@@ -29,7 +32,9 @@ def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompt
     if actual.logprobs is None:
         findings.add(Finding(check="logprobs", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
                              title=f"candidate '{candidate.name}' returned no logprobs although it advertises them",
-                             details={"diff": f"requested logprobs={k}, got none", "prompt_ids": list(req.prompt_ids)}))
+                             details={"diff": f"requested logprobs={k}, got none", "prompt_ids": list(req.prompt_ids),
+                                      "repro": logprobs_repro(req, candidate=candidate, baseline=baseline,
+                                                              tolerance=0.0, mode="missing")}))
         pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' returned no logprobs for logprobs={k} "
                     f"(baseline '{baseline.name}' was not needed)", pytrace=False)
     try:
@@ -39,6 +44,11 @@ def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompt
     aa = calibration.get()
     mismatches = compare_logprobs(candidate=actual.logprobs, baseline=reference, tokens=actual.token_ids,
                                   tol=aa.logprob_tol, tau=aa.tau, greedy=True)
+    compared = min(len(reference), len(actual.token_ids))
+    findings.cover("logprobs", candidate.name, verified=compared > 0,
+                   ran={"prompts": 1, "tokens compared with the baseline": compared},
+                   could_detect=f"logprobs that are not the target's ({method})",
+                   reason="" if compared else f"nothing compared: {method} (no token shared with the candidate's)")
     if not mismatches:
         return
     text = summarize(mismatches)
@@ -48,7 +58,9 @@ def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompt
                f"{lean_prompt.id} ({len(mismatches)} mismatches)"),
         details={"diff": text, "reference": method, "calibration": aa.describe(),
                  "prompt_ids": list(req.prompt_ids), "candidate_tokens": list(actual.token_ids),
-                 "mismatches": [m.__dict__ for m in mismatches[:50]]}))
+                 "mismatches": [m.__dict__ for m in mismatches[:50]],
+                 "repro": logprobs_repro(req, candidate=candidate, baseline=baseline,
+                                         tolerance=max(aa.logprob_tol, LOGPROB_REPRO_FLOOR))}))
     pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' vs baseline '{baseline.name}' "
                 f"({method}; {aa.describe()}):\n{text}", pytrace=False)
 
@@ -61,8 +73,14 @@ def test_sampled_logprobs_are_not_all_zero(lean_prompt, baseline, candidate, fit
     candidate.require("logprobs")
     req = Request(prompt_ids=fitted_prompts.ids(lean_prompt),
                   max_tokens=min(SAMPLED_TOKENS, suite_config.max_new_tokens), temperature=1.0, seed=suite_config.seed,
-                  logprobs=1, request_id=f"logprobs-sampled-{lean_prompt.id}")
+                  ignore_eos=True, logprobs=1, request_id=f"logprobs-sampled-{lean_prompt.id}")
     actual = candidate.generate(req)
+    checked = len(actual.logprobs or ())
+    findings.cover("logprobs", candidate.name, verified=checked >= ZERO_RUN,
+                   ran={"sampled tokens checked": checked},
+                   could_detect="sampled answers whose logprobs are all exactly 0.0",
+                   reason="" if checked >= ZERO_RUN else f"only {checked} sampled logprob(s) returned, fewer than the "
+                                                         f"{ZERO_RUN} an all-zero run needs")
     if not actual.logprobs or any(t.logprob != 0.0 for t in actual.logprobs):
         return
     try:
@@ -76,5 +94,7 @@ def test_sampled_logprobs_are_not_all_zero(lean_prompt, baseline, candidate, fit
                          title=f"candidate '{candidate.name}' reports logprob 0.0 for every sampled token "
                                f"(prompt {lean_prompt.id})",
                          details={"diff": problem, "reference": method, "prompt_ids": list(req.prompt_ids),
-                                  "candidate_tokens": list(actual.token_ids)}))
+                                  "candidate_tokens": list(actual.token_ids),
+                                  "repro": logprobs_repro(req, candidate=candidate, baseline=baseline, tolerance=0.0,
+                                                          mode="zero")}))
     pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}': {problem}", pytrace=False)

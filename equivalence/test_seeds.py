@@ -14,15 +14,16 @@ import pytest
 from spec_route_suite.equivalence.greedy import first_divergence
 from spec_route_suite.fixtures.routes.base import Request
 from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import repeat_repro
 
 pytestmark = pytest.mark.check("seeds")
 
 TOKENS = 24
 TEMPERATURE = 1.0
-REPEATS = 2
+REPEATS = 4   # a confident model samples alike by chance (the embedded pair on some prompts at T=1): 4 runs, not 2
 
 
-def test_same_seed_same_tokens(lean_prompt, candidate, fitted_prompts, suite_config, findings):
+def test_same_seed_same_tokens(lean_prompt, candidate, baseline, fitted_prompts, suite_config, findings):
     candidate.require("seed")
     req = Request(prompt_ids=fitted_prompts.ids(lean_prompt),
                   max_tokens=min(TOKENS, suite_config.max_new_tokens), temperature=TEMPERATURE,
@@ -47,6 +48,7 @@ def test_same_seed_same_tokens(lean_prompt, candidate, fitted_prompts, suite_con
                    f"at token {position}"),
             details={"diff": detail, "seed": req.seed, "temperature": req.temperature, "max_tokens": req.max_tokens,
                      "prompt_ids": list(req.prompt_ids), "run_1_tokens": list(first.token_ids),
-                     f"run_{n}_tokens": list(other.token_ids)}))
+                     f"run_{n}_tokens": list(other.token_ids),
+                     "repro": repeat_repro(req, candidate=candidate, baseline=baseline, times=REPEATS)}))
         pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' does not honour seed={req.seed}: run 1 and "
                     f"run {n} of the same request differ at token {position}\n{detail}", pytrace=False)

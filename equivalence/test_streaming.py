@@ -12,6 +12,11 @@ Routes that cannot stream are skipped and reported "not verified". The chat shap
 "chat", equivalence/chat.py) streams a chat request the same way (delta.content chunks). A server without token
 ids is compared at text level (fixtures/routes/textlevel.py): streamed and plain text, finish
 and usage, without the usage-equals-token-count check (its ids are re-derived from text).
+Text and ids are judged apart: a stream whose ids are incomplete (`Completion.id_gap`, or a text-level
+stream beside an id-level plain answer) with equal text is no "different answer": its `ids` coverage part
+is "not verified" (why), its `text` part verified, and the same gap on the baseline's stream of the same
+request is an engine note. The accounting rules (usage, finish_reason, stream events; equivalence/rules.py)
+are judged against the baseline's own plain and streamed answers to the same requests.
 """
 from __future__ import annotations
 
@@ -20,21 +25,35 @@ from dataclasses import replace
 import pytest
 
 from spec_route_suite.equivalence import chat
+from spec_route_suite.equivalence.differential import Differential, control, control_line
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.equivalence.rules import Violation, details, stream_violations
 from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, stream_repro
 
 pytestmark = pytest.mark.check("streaming")
 
-FINISH_REASONS = ("stop", "length")
 
 
-def delivery_differences(*, plain: Completion, streamed: Completion) -> list[str]:
-    """Where the two deliveries of one greedy request differ, naming both sides."""
+def id_gap(*, plain: Completion, streamed: Completion) -> str:
+    """Why the stream's token ids cannot be compared with the plain answer's ("" when they can): the server
+    gave incomplete ids on the stream (`id_gap`, ids re-derived from text), or a text-level stream beside an
+    id-level plain answer. Such a stream is compared by text; its ids are "not verified", not "different"."""
+    gap = getattr(streamed, "id_gap", "") or ""
+    if gap:
+        return gap
+    if streamed.text_level and not plain.text_level:
+        return "the stream carries no token ids while the plain answer does (the stream is text-level)"
+    return ""
+
+
+def delivery_differences(*, plain: Completion, streamed: Completion, compare_ids: bool = True) -> list[str]:
+    """Where the two deliveries of one greedy request differ, naming both sides (ids only when comparable)."""
     problems = []
-    if streamed.token_ids != plain.token_ids and not is_text_level(plain, streamed):
+    if compare_ids and streamed.token_ids != plain.token_ids and not is_text_level(plain, streamed):
         problems.append(f"token ids differ: stream {list(streamed.token_ids)[:24]} "
                         f"vs non-stream {list(plain.token_ids)[:24]}")
     if streamed.text != plain.text:
@@ -46,19 +65,8 @@ def delivery_differences(*, plain: Completion, streamed: Completion) -> list[str
 
 
 def accounting_problems(*, plain: Completion, streamed: Completion) -> list[str]:
-    """finish_reason and usage that do not add up, on either delivery."""
-    problems = []
-    for side, c in (("stream", streamed), ("non-stream", plain)):
-        if c.finish_reason not in FINISH_REASONS:
-            problems.append(f"{side} finish_reason {c.finish_reason!r} is not one of {FINISH_REASONS}")
-        if c.usage_completion_tokens is None:
-            problems.append(f"{side} reports no usage.completion_tokens")
-        elif c.usage_completion_tokens != len(c.token_ids) and not c.text_level:
-            problems.append(f"{side} usage.completion_tokens={c.usage_completion_tokens} "
-                            f"but {len(c.token_ids)} tokens returned")
-    if streamed.stream_events is not None and streamed.token_ids and streamed.stream_events < 1:
-        problems.append("stream returned tokens without any event")
-    return problems
+    """finish_reason and usage that do not add up, on either delivery (equivalence/rules.py stream_violations)."""
+    return details(stream_violations(plain=plain, streamed=streamed))
 
 
 def stream_problems(*, plain: Completion, streamed: Completion) -> list[str]:
@@ -83,9 +91,9 @@ def test_chat_stream_matches_non_stream(chat_lean_prompt, baseline, candidate, t
     """The chat shape: a streamed chat answer (delta.content) is the non-streamed chat answer."""
     chat.skip_without_chat(findings, candidate, candidate)
     candidate.require("stream")
-    req = chat.chat_shape(chat_lean_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
-                          request_id=f"chat-stream-{chat_lean_prompt.id}")
     with chat.chat_path(findings, candidate):
+        req = chat.chat_shape(chat_lean_prompt, tokenizer, fitted_prompts, max_tokens=suite_config.max_new_tokens,
+                              request_id=f"chat-stream-{chat_lean_prompt.id}", routes=(candidate,))
         judge_stream(req, chat_lean_prompt.id, with_stop=with_stop, baseline=baseline, candidate=candidate,
                      tokenizer=tokenizer, suite_config=suite_config, calibration=calibration,
                      eos_token_id=eos_token_id, findings=findings, check=chat.CHECK)
@@ -93,7 +101,9 @@ def test_chat_stream_matches_non_stream(chat_lean_prompt, baseline, candidate, t
 
 def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, suite_config, calibration,
                  eos_token_id, findings, check: str = "streaming") -> None:
-    """Send `req` plain and streamed (with a stop string from the plain answer when asked) and compare."""
+    """Send `req` plain and streamed (with a stop string from the plain answer when asked) and compare: text
+    always, token ids when the stream carries them all; the accounting rules against the baseline's own
+    deliveries of the same request."""
     shape = "chat " if req.chat else ""
     plain = candidate.generate(req)
     if with_stop:
@@ -102,12 +112,17 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
             pytest.skip(f"not verified: no usable stop string in the output of prompt {prompt_id}")
         req = replace(req, stop=(stop,))
         plain = candidate.generate(req)
-    streamed = candidate.generate(replace(req, stream=True, request_id=req.request_id + "-sse"))
+    stream_req = replace(req, stream=True, request_id=req.request_id + "-sse")
+    streamed = candidate.generate(stream_req)
+    gap = id_gap(plain=plain, streamed=streamed)
     plain, streamed = aligned(plain, streamed, tokenizer)
     level = describe(plain, streamed)
     if is_text_level(plain, streamed):
         findings.measure("comparison", check=check, prompt_id=prompt_id, route=candidate.name, **level)
-    problems = delivery_differences(plain=plain, streamed=streamed)
+    controls = BaselineDeliveries(baseline, req, stream_req)
+    shared_ids = not gap and _ids_differ_as_on_the_baseline(findings, check, plain, streamed, controls,
+                                                             candidate=candidate, prompt_id=prompt_id, req=stream_req)
+    problems = delivery_differences(plain=plain, streamed=streamed, compare_ids=not gap and not shared_ids)
     verdict = None
     if problems:
         verdict = _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id)
@@ -121,10 +136,26 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
             problems = []
         elif verdict is not None:
             problems.append(f"first split classified against baseline '{baseline.name}': {verdict.summary()}")
-    problems += accounting_problems(plain=plain, streamed=streamed)
-    if req.chat:
-        findings.cover(check, candidate.name, verified=True, ran={"chat streams": 1},
-                       could_detect="a streamed chat answer (delta.content) that differs from the plain chat answer")
+    if gap:
+        _ids_not_verified(findings, check, candidate, gap, baseline_gap=controls.id_gap(), prompt_id=prompt_id,
+                          req=stream_req, controls=controls)
+    ours = stream_violations(plain=plain, streamed=streamed)
+    control_details = None
+    if ours:
+        theirs = controls.violations()
+        if theirs is None:
+            problems += [f"{v.detail} (no control: {controls.missing})" for v in ours]
+        else:
+            differential = Differential(findings, check=check, baseline=baseline, candidate=candidate,
+                                        prompt_id=prompt_id)
+            judged = differential.judge(label=stream_req.request_id, request=stream_req,
+                                        baseline_answer=controls.streamed(), baseline_violations=theirs,
+                                        candidate_violations=ours)
+            differential.close()
+            problems += [f"{v.detail} ({control_line(theirs)})" for v in judged.candidate]
+            control_details = control(stream_req.request_id, controls.streamed(), theirs)
+    findings.cover(check, candidate.name, verified=True, ran={"chat streams" if req.chat else "streams": 1},
+                   could_detect=f"a streamed {shape}answer that differs from the plain {shape}answer")
     if not problems:
         return
     findings.add(Finding(
@@ -132,10 +163,98 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
         title=(f"candidate '{candidate.name}' streams a different {shape}answer than it returns (prompt {prompt_id})"
                + title_suffix(plain, streamed)),
         details={"diff": "\n".join(problems), "stop": list(req.stop), "prompt_ids": list(req.prompt_ids), **level,
-                 "stream_events": streamed.stream_events,
-                 "classification": verdict.to_details() if verdict is not None else None}))
+                 "stream_events": streamed.stream_events, "ids": gap or "compared",
+                 "baseline_control": control_details,
+                 "classification": verdict.to_details() if verdict is not None else None,
+                 "repro": stream_repro(req, candidate=candidate, baseline=baseline,
+                                       fields=ANSWER_FIELDS if not gap else ("text", "finish", "usage"))}))
     pytest.fail(f"{shape}prompt {prompt_id}: candidate '{candidate.name}' stream vs non-stream:\n" + "\n".join(problems),
                 pytrace=False)
+
+
+def trailing_difference(plain: Completion, streamed: Completion) -> str | None:
+    """How two deliveries' ids differ when they differ only at the end (one carries a last token the other lacks,
+    as an engine that counts a stop's token in one delivery and not the other does); None otherwise."""
+    a, b = tuple(plain.token_ids), tuple(streamed.token_ids)
+    if a == b or abs(len(a) - len(b)) != 1:
+        return None
+    if b[:len(a)] == a:
+        return "the stream carries one token more at its end than the plain answer"
+    if a[:len(b)] == b:
+        return "the plain answer carries one token more at its end than the stream"
+    return None
+
+
+def _ids_differ_as_on_the_baseline(findings, check, plain, streamed, controls, *, candidate, prompt_id: str,
+                                   req: Request) -> bool:
+    """Stream ids that differ from the plain answer's only at the end, exactly as the baseline's two deliveries of
+    the same request differ: engine behaviour (a note, the `ids` part not verified), not a different answer."""
+    ours = trailing_difference(plain, streamed)
+    answers = controls.answers() if ours else None
+    if not answers or trailing_difference(*answers) != ours:
+        return False
+    differential = Differential(findings, check=check, baseline=controls.baseline, candidate=candidate,
+                                prompt_id=prompt_id)
+    rule = Violation("ids", ours, f"plain {len(plain.token_ids)} ids, stream {len(streamed.token_ids)} ids")
+    differential.judge(label=req.request_id, request=req, baseline_answer=answers[1],
+                       baseline_violations=[rule], candidate_violations=[rule])
+    differential.close()
+    return True
+
+
+class BaselineDeliveries:
+    """The baseline's plain and streamed answers to the same requests, asked for only when a judgement needs them."""
+
+    def __init__(self, baseline, req: Request, stream_req: Request):
+        self.baseline, self.req, self.stream_req = baseline, req, stream_req
+        self.missing = "" if baseline.capabilities.stream else f"baseline '{baseline.name}' cannot stream"
+        self._answers: tuple[Completion, Completion] | None = None
+
+    def _get(self) -> tuple[Completion, Completion] | None:
+        if self.missing:
+            return None
+        if self._answers is None:
+            self._answers = (self.baseline.generate(self.req), self.baseline.generate(self.stream_req))
+        return self._answers
+
+    def answers(self) -> tuple[Completion, Completion] | None:
+        """(plain, streamed), None when the baseline cannot stream."""
+        return self._get()
+
+    def streamed(self) -> Completion | None:
+        answers = self._get()
+        return answers[1] if answers else None
+
+    def violations(self):
+        answers = self._get()
+        return None if answers is None else stream_violations(plain=answers[0], streamed=answers[1])
+
+    def id_gap(self) -> str | None:
+        """The baseline stream's own id gap ("" none), None when it cannot stream."""
+        answers = self._get()
+        return None if answers is None else id_gap(plain=answers[0], streamed=answers[1])
+
+
+def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str | None, prompt_id: str,
+                      req: Request, controls: BaselineDeliveries) -> None:
+    """A stream without a full set of ids: its text was compared (the text part verified), its ids were not. The
+    baseline's stream with the same gap makes it engine behaviour (a note); otherwise the part says why."""
+    findings.cover(check, candidate.name, verified=True, part="text", ran={"streams": 1},
+                   could_detect="a streamed text or finish_reason that differs from the plain answer")
+    if baseline_gap:
+        differential = Differential(findings, check=check, baseline=controls.baseline, candidate=candidate,
+                                    prompt_id=prompt_id)
+        gap_rule = Violation("ids", "stream token ids incomplete (re-derived from the text)", gap)
+        differential.judge(label=req.request_id, request=req, baseline_answer=controls.streamed(),
+                           baseline_violations=[replace(gap_rule, detail=baseline_gap)],
+                           candidate_violations=[gap_rule])
+        differential.close()
+        return
+    control_text = (f"the baseline's stream of the same request carries all its ids" if baseline_gap == "" else
+                    f"no control: {controls.missing}")
+    findings.cover(check, candidate.name, verified=False, part="ids", ran={"streams": 1},
+                   could_detect="streamed token ids that differ from the plain answer's",
+                   reason=f"the stream's token ids are incomplete ({gap}): compared by text instead; {control_text}")
 
 
 def _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id):

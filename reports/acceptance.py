@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
 
-RAN, DID_NOT_RUN, UNKNOWN = "ran", "did not run", "unknown"
+RAN, DID_NOT_RUN, UNKNOWN, MISSING = "ran", "did not run", "unknown", "evidence missing"
 
 
 def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_tokens: int | None = None,
@@ -57,17 +57,24 @@ def summed_worker_profile(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]
 
 def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,
                        profile: Mapping[str, Any] | None) -> dict[str, Any]:
-    """"ran" needs drafts counted during this run; "did not run" when the route claims speculation
-    (or exports counters) yet drafted nothing; "unknown" when the engine exposes no counters."""
-    claims = bool((inventory or {}).get("speculation") or (inventory or {}).get("draft"))
-    if profile is None and _exports_counters_when_speculating(inventory):
+    """"ran" needs drafts counted during this run; "did not run" when the server states it does not speculate,
+    or the route claims speculation (or exports counters) yet drafted nothing; "evidence missing" when its server
+    died before counting a draft; "unknown" when the engine exposes no counters. What the server states comes from
+    its flavour (inventory.extra)."""
+    inventory = inventory or {}
+    extra = inventory.get("extra") or {}
+    claims = bool(inventory.get("speculation") or inventory.get("draft"))
+    if profile is None and extra.get("speculative_stated") is False:
         return {"route": candidate, "status": DID_NOT_RUN,
-                "reason": "the server's /metrics answers but has no spec_decode series: vLLM exports them whenever "
-                          "it speculates, so this is a plain autoregressive server"}
-    if profile is None and claims and (inventory or {}).get("engine") == "sglang":
-        return {"route": candidate, "status": DID_NOT_RUN,
-                "reason": "the server is configured to speculate, but no response carried a verify step "
-                          "(meta_info spec_verify_ct)"}
+                "reason": f"the server states it does not speculate: {extra.get('speculative_why') or '?'}"}
+    if profile is None and extra.get("per_response_evidence"):
+        return {"route": candidate, "status": MISSING,
+                "reason": f"its engine ({inventory.get('engine')}) states drafted tokens in every answer, but no answer "
+                          f"of this run carried them" + (" although the route is configured to speculate" if claims
+                                                         else "")}
+    if profile is None and not inventory:
+        return {"route": candidate, "status": UNKNOWN,
+                "reason": "the route gave no inventory and no speculation counters (see the run's notes)"}
     if profile is None:
         reason = "the engine exposes no speculation counters" + ("" if claims else " and reports no speculative config")
         return {"route": candidate, "status": UNKNOWN, "reason": reason}
@@ -77,16 +84,13 @@ def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,
                 "invariants_broken": broken,
                 "reason": (f"{profile['drafts']} drafts, mean acceptance length {profile.get('mean_acceptance_length')}"
                            + (f"; counter invariants broken: {', '.join(broken)}" if broken else ""))}
+    if profile.get("server_answering_at_end") is False:   # it died before its counters could say anything
+        return {"route": candidate, "status": MISSING,
+                "reason": "its server stopped answering before any draft was counted (the counters are read up to "
+                          "its last good /metrics sample)"}
     return {"route": candidate, "status": DID_NOT_RUN,
             "reason": "no draft was verified during the run" + (" although the route is configured to speculate"
                                                                  if claims else "")}
-
-
-def _exports_counters_when_speculating(inventory: Mapping[str, Any] | None) -> bool:
-    """An engine whose /metrics always carries spec_decode_* series when it speculates (vLLM), reachable."""
-    inventory = inventory or {}
-    endpoints = (inventory.get("extra") or {}).get("endpoints") or {}
-    return inventory.get("engine") == "vllm" and endpoints.get("metrics") == "ok"
 
 
 def baseline_problems(name: str | None, profile: Mapping[str, Any] | None) -> list[str]:
@@ -105,6 +109,8 @@ def speculation_problems(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
         if s["status"] == DID_NOT_RUN:
             problems.append(f"speculation did not run on `{s['route']}` ({s['reason']}): the checks say nothing "
                             f"about its speculative path")
+        elif s["status"] == MISSING:
+            problems.append(f"no speculation evidence from `{s['route']}` ({s['reason']})")
         elif s.get("invariants_broken"):
             problems.append(f"`{s['route']}` acceptance counters break invariants: {', '.join(s['invariants_broken'])}")
     return problems

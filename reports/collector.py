@@ -22,6 +22,8 @@ from spec_route_suite.reports.findings import FINDING_PROPERTY, MEASURE_PROPERTY
 
 WORKER_STATE_KEY = "spec_suite_worker_state"
 CHECK_PROPERTY = "spec_suite_check"
+UNJUDGED_PROPERTY = "spec_suite_unjudged"   # a route test of no family (the speed gate): measured, not judged
+UNJUDGED = "measured"                       # the check name its failure is recorded under
 
 
 def new_run_id() -> str:
@@ -54,6 +56,7 @@ class WorkerState:
     latency: dict[str, list] = field(default_factory=dict)   # route -> [(seconds, tokens)] of its requests
     memory: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    planned: dict[str, dict[str, str]] = field(default_factory=dict)   # nodeid -> its part (collection, before -k)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, default=str)
@@ -81,6 +84,7 @@ class RunCollector:
         self._sequence = 0
         self.worker_id = worker_id
         self.started = time.time()
+        self.command = "spec-route-suite"   # the command line that started the run (the plugin sets it)
         self.interrupted = False
         self.crashed_workers: list[str] = []
         self.active = False
@@ -104,13 +108,18 @@ class RunCollector:
         item.user_properties.append((MEASURE_PROPERTY, json.dumps({"kind": kind, "test_id": item.nodeid, **data},
                                                                   default=str)))
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Tag each route-suite test with its check family; the tag travels on every report."""
+        """Tag each route-suite test with its check family (the tag travels on every report) and keep what was
+        planned before -k or --deselect removes anything: a part they remove is "not run", never absent."""
         for item in items:
             check = check_of(item)
             if check:
                 item.user_properties.append((CHECK_PROPERTY, check))
+                self.worker_state.planned[item.nodeid] = planned_part(item, check)
                 self.active = True
+            elif "candidate" in getattr(item, "fixturenames", ()):
+                item.user_properties.append((UNJUDGED_PROPERTY, "1"))
 
     # controller half ---------------------------------------------------------
     @pytest.hookimpl(trylast=True)
@@ -121,6 +130,8 @@ class RunCollector:
         for name, value in report.user_properties:
             if name == CHECK_PROPERTY:
                 check = value
+            elif name == UNJUDGED_PROPERTY and report.failed:
+                check = UNJUDGED   # its failure is the suite's (a crash), never silent: it counts as a failed test
             elif name == MEASURE_PROPERTY and report.when == "teardown":
                 measurement = json.loads(value)
                 self.measurements.setdefault(measurement.pop("kind"), []).append(measurement)
@@ -164,6 +175,25 @@ class RunCollector:
             for name, value in state.get(key, {}).items():
                 merged.setdefault(name, []).append(value)
         return merged
+
+
+INSTANCE_PARAMS = ("prompt", "lean_prompt", "chat_prompt", "chat_lean_prompt", "candidate")
+
+
+def planned_part(item: pytest.Item, check: str) -> dict[str, str]:
+    """Which part of its family a test is an instance of: its function and its parameters other than the
+    prompt and the route (`test_boundary_sweep[stop_token-math-00-candidate]` is "stop_token")."""
+    callspec = getattr(item, "callspec", None)
+    qualifier = ""
+    if callspec is not None:
+        qualifier = f"-{callspec.id}-"
+        for name in INSTANCE_PARAMS:
+            if name in callspec.params:
+                value = callspec.params[name]
+                qualifier = qualifier.replace(f"-{getattr(value, 'id', value)}-", "-", 1)
+        qualifier = qualifier.strip("-")
+    function = getattr(item, "originalname", None) or item.name.partition("[")[0]
+    return {"check": check, "function": function, "qualifier": qualifier}
 
 
 def _reason(report: pytest.TestReport) -> str:

@@ -23,13 +23,15 @@ row and must be covered on its own (`features: n`, `distribution: T1.6-k20-m0.05
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 # Every check family the route suite has (pytest.mark.check in equivalence/ and stressors/).
-FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "seeds", "distribution", "features", "chat", "mixing",
-            "batch-invariance", "accuracy", "aborts", "prefix-cache")
-STRESSOR_FAMILIES = ("mixing", "batch-invariance", "accuracy", "aborts", "prefix-cache")
+FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "seeds", "distribution", "features", "chat",
+            "agentic", "spec-path", "class-acceptance", "mixing", "batch-invariance", "accuracy", "task-accuracy",
+            "aborts", "prefix-cache", "kv-pressure", "batch-ramp")
+STRESSOR_FAMILIES = ("mixing", "batch-invariance", "accuracy", "task-accuracy", "aborts", "prefix-cache", "kv-pressure",
+                     "batch-ramp")
 VERIFIED, NOT_VERIFIED, NOT_APPLICABLE, NOT_SUPPORTED, FAILED, NOT_RUN = (
     "verified", "not verified", "not applicable", "not supported by this route", "failed", "not run")
 ANY_ROUTE = "(all)"
@@ -88,41 +90,83 @@ def route_of_test(nodeid: str, candidates: Sequence[str]) -> str:
     return max(matches, key=len) if matches else ANY_ROUTE
 
 
-def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[Any],
-                  candidates: Sequence[str]) -> list[CoverageRow]:
-    """The coverage table: one row per (family, candidate) that ran, one "not run" row per absent family."""
-    records = list(records)
+@dataclass(frozen=True)
+class PlannedTest:
+    """A route-suite test as collected, before -k or --deselect removed anything: the part it is one instance
+    of is its function and its parameters other than the prompt and the route (a boundary variant, a grid
+    point, a stream case); prompts and routes are instances of the same part."""
+
+    check: str
+    function: str
+    qualifier: str = ""
+
+    def part(self, multi_function: bool) -> str:
+        """The part's name: its qualifier, prefixed by the function when its family has several."""
+        base = self.function.removeprefix("test_") if multi_function else ""
+        return " ".join(p for p in (base, self.qualifier) if p)
+
+
+def declared_parts(planned: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, str]]:
+    """nodeid -> (family, part) for every planned test."""
+    tests = {nodeid: PlannedTest(**entry) for nodeid, entry in planned.items()}
+    functions: dict[str, set[str]] = defaultdict(set)
+    for test in tests.values():
+        functions[test.check].add(test.function)
+    return {nodeid: (t.check, t.part(len(functions[t.check]) > 1)) for nodeid, t in tests.items()}
+
+
+def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[Any], candidates: Sequence[str],
+                  planned: Mapping[str, Mapping[str, str]] | None = None) -> list[CoverageRow]:
+    """The coverage table: one row per (family, part, candidate) planned or run, one "not run" row per family
+    nothing of which was planned.
+
+    A test's records name the parts it covers (a feature, a grid point, a rule); a test without records counts
+    for the part it was planned as (`planned`, from collection); a planned test that did not run (deselected)
+    leaves its part "not run", so -k cannot make a run read adopt by removing what would have failed."""
+    outcomes = list(outcomes)
+    declared = declared_parts(planned or {})
     by_key: dict[tuple[str, str, str], list[CoverageRecord]] = defaultdict(list)
+    # a test may state several parts of its own family, and rows of another family (a check that finds another
+    # family's evidence void: speculation off for its requests); those rows count no test outcome of their own
+    parts_of_test: dict[Any, set[tuple[str, str, Any]]] = defaultdict(set)
     for raw in records:
         fields = {k: raw[k] for k in CoverageRecord.__dataclass_fields__ if k in raw}
         record = CoverageRecord(**fields)
-        by_key[(record.check, record.part, record.route)].append(record)
-    where_tests_ran: dict[Any, set[tuple[str, Any]]] = defaultdict(set)   # a test may state several parts
-    for raw in records:
-        where_tests_ran[raw.get("test_id")].add((raw.get("part", ""), raw.get("route")))
+        part = record.part or declared.get(raw.get("test_id"), ("", ""))[1]
+        record = replace(record, part=part)
+        by_key[(record.check, part, record.route)].append(record)
+        parts_of_test[raw.get("test_id")].add((record.check, part, record.route))
     tests: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for outcome in outcomes:
-        for part, route in where_tests_ran.get(outcome.nodeid) or {("", None)}:
+        own = declared.get(outcome.nodeid, (outcome.check, ""))[1]
+        stated = {(part, route) for check, part, route in parts_of_test.get(outcome.nodeid, ()) if check == outcome.check}
+        for part, route in stated or {(own, None)}:
             tests[(outcome.check, part, route or route_of_test(outcome.nodeid, candidates))].append(outcome)
+    ran = {o.nodeid for o in outcomes}
+    missing: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for nodeid, (family, part) in declared.items():
+        if nodeid not in ran:
+            missing[(family, part, route_of_test(nodeid, candidates))].append(nodeid)
     rows: list[CoverageRow] = []
     for family in FAMILIES:
-        keys = sorted({k for k in (*by_key, *tests) if k[0] == family},
+        keys = sorted({k for k in (*by_key, *tests, *missing) if k[0] == family},
                       key=lambda k: (k[1], k[2] == ANY_ROUTE, k[2]))
         if not keys:
             rows.append(CoverageRow(family, ANY_ROUTE, "-", "-", NOT_RUN,
                                     "deselected (-k, a test path or --categories) or not collected"))
             continue
         for key in keys:
-            rows.append(_row(family, key[2], by_key.get(key, []), tests.get(key, []), part=key[1]))
+            row = _row_status(family, key[2], by_key.get(key, []), tests.get(key, []), missing.get(key, []))
+            rows.append(replace(row, part=key[1]))
     return rows
 
 
-def _row(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any], *, part: str = "") -> CoverageRow:
-    row = _row_status(family, route, records, outcomes)
-    return CoverageRow(row.check, row.route, row.ran, row.could_detect, row.status, row.why, part=part)
+def _evidence(counts: Mapping[str, float]) -> bool:
+    return any(v > 0 for v in counts.values())
 
 
-def _row_status(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any]) -> CoverageRow:
+def _row_status(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any],
+                missing: list[str] = ()) -> CoverageRow:
     counts: dict[str, float] = {}
     for record in records:
         for name, value in record.ran.items():
@@ -132,31 +176,58 @@ def _row_status(family: str, route: str, records: list[CoverageRecord], outcomes
     if outcomes and counts:
         ran += f" in {len(outcomes)} test(s)"
     could = _unique(r.could_detect for r in records) or "-"
+    row = lambda status, why: CoverageRow(family, route, ran, could, status, why)  # noqa: E731
     results = [o.outcome for o in outcomes]
     if any(r in ("failed", "error") for r in results):
-        return CoverageRow(family, route, ran, could, FAILED, "a test failed: see the findings")
+        return row(FAILED, "a test failed: see the findings")
+    if not outcomes and missing:
+        return CoverageRow(family, route, "-", could, NOT_RUN,
+                           f"{len(missing)} planned test(s) deselected (-k or --deselect), e.g. {missing[0]}")
     refused = [r for r in records if not r.supported]
     if refused:
-        return CoverageRow(family, route, ran, could, NOT_SUPPORTED, _unique(r.reason for r in refused))
+        return row(NOT_SUPPORTED, _unique(r.reason for r in refused))
     passed = sum(r in ("passed", "xfailed") for r in results)
+    if records and not all(r.applicable for r in records):   # the check said so, whether its test passed or skipped
+        return row(NOT_APPLICABLE, _unique(r.reason for r in records if not r.applicable))
     if outcomes and not passed:
-        why = _unique(o.reason for o in outcomes if o.outcome == "skipped") or "every test was skipped"
-        return CoverageRow(family, route, ran, could, NOT_VERIFIED, why)
-    if records and not all(r.applicable for r in records):
-        return CoverageRow(family, route, ran, could, NOT_APPLICABLE, _unique(r.reason for r in records
-                                                                              if not r.applicable))
+        return row(NOT_VERIFIED, _unique(o.reason for o in outcomes if o.outcome == "skipped")
+                   or "every test was skipped")
     blind = [r for r in records if not r.verified]
     if blind:
-        return CoverageRow(family, route, ran, could, NOT_VERIFIED, _unique(r.reason for r in blind))
+        return row(NOT_VERIFIED, _unique(r.reason for r in blind))
+    if not records:
+        return row(NOT_VERIFIED, f"{passed} test(s) passed but recorded no evidence of what they compared")
+    if not _evidence(counts):
+        return row(NOT_VERIFIED, "vacuous: the test(s) passed with nothing compared ("
+                   + (", ".join(f"0 {k}" for k in counts) or "no counts recorded") + ")")
+    if missing:
+        return row(NOT_VERIFIED, f"only {len(outcomes)} of {len(outcomes) + len(missing)} planned test(s) ran "
+                                 f"(-k or --deselect removed the rest, e.g. {missing[0]})")
     skipped = _unique(o.reason for o in outcomes if o.outcome == "skipped")
-    return CoverageRow(family, route, ran, could, VERIFIED,
-                       f"{passed} test(s) passed" + (f" ({skipped})" if skipped else ""))
+    return row(VERIFIED, f"{passed} test(s) passed" + (f" ({skipped})" if skipped else ""))
 
 
-def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list[str]:
-    """Families covered on no candidate (or, given `route`, not on that candidate), each with its reason:
-    what keeps the run (or that route) from "adopt"."""
-    gaps, absent = [], []
+class Gap(str):
+    """One gap as the verdict line names it (the text), plus what the summary groups it by: its kind (a coverage
+    status, or "settings", "prompt set"...), its subject (a family or part) and its reason without route names."""
+
+    kind: str
+    subject: str
+    why: str
+
+    def __new__(cls, text: str, *, kind: str, subject: str = "", why: str = "") -> "Gap":
+        gap = super().__new__(cls, text)
+        gap.kind, gap.subject, gap.why = kind, subject, why
+        return gap
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "subject": self.subject, "why": self.why, "text": str(self)}
+
+
+def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list[Gap]:
+    """Parts covered on no candidate (or, given `route`, not on that candidate), each with its reason: what
+    keeps the run (or that route) from "adopt". Families nothing of which ran lead the list as "not run"."""
+    gaps, absent, deselected = [], [], []
     for family in FAMILIES:
         ours = [r for r in rows if r.check == family and (route is None or r.route in (route, ANY_ROUTE))]
         for part in sorted({r.part for r in ours}) or [""]:
@@ -164,14 +235,21 @@ def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list
             if any(r.covers for r in mine) or any(r.status == FAILED for r in mine):
                 continue
             if not mine or all(r.status == NOT_RUN for r in mine):
-                if family not in absent:
+                if not part and family not in absent:
                     absent.append(family)
+                elif part:
+                    deselected.append(_name(family, part))
                 continue
             why = _unique(f"{r.route}: {r.why}" if r.route != ANY_ROUTE else r.why for r in mine)
             status = mine[0].status if len({r.status for r in mine}) == 1 else "not verified"
-            gaps.append(f"{_name(family, part)} {status} ({why})")
+            gaps.append(Gap(f"{_name(family, part)} {status} ({why})", kind=status, subject=_name(family, part),
+                            why=_unique(r.why for r in mine)))
+    if deselected:
+        gaps.insert(0, Gap(f"not run: {', '.join(deselected)} (planned, deselected by -k or --deselect)",
+                           kind=NOT_RUN, subject=", ".join(deselected), why="planned, deselected by -k or --deselect"))
     if absent:
-        gaps.insert(0, f"not run: {', '.join(absent)} (deselected by -k, a test path or --categories)")
+        gaps.insert(0, Gap(f"not run: {', '.join(absent)} (deselected by -k, a test path or --categories)",
+                           kind=NOT_RUN, subject=", ".join(absent), why="deselected by -k, a test path or --categories"))
     return gaps
 
 

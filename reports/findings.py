@@ -10,7 +10,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SEVERITIES = ("bug", "error", "warning", "near-tie", "info")
+# "engine": behaviour the baseline shows the same way on the same request (equivalence/rules.py): a fact about
+# the engine, shown in the report; it fails no route and is no finding about the baseline
+SEVERITIES = ("bug", "error", "warning", "near-tie", "engine", "info")
 FINDING_PROPERTY = "spec_suite_finding"
 MEASURE_PROPERTY = "spec_suite_measure"
 

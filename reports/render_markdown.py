@@ -1,86 +1,95 @@
-"""summary.md: written for a person, first line the verdict, details folded away."""
+"""summary.md: what a maintainer reads first, under MAX_CHARS for any run (a GitHub comment holds 65,536).
+
+The verdict and its reason, each candidate's verdict, the gaps (one line per kind, reports/verdict_lines.py),
+the family x candidate matrix, the finding clusters (one line each, with their issue file and repro script),
+whether speculation ran, the speed gate, engine behaviour and notes. The details live in report.json,
+report.html (every coverage row with what it could detect) and issues/ (one per cluster). Sections that do
+not fit are cut from the end of the priority order, each leaving a line that says where it went.
+Environment: none.
+"""
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, Callable
 
+from spec_route_suite.reports import by_class
+from spec_route_suite.reports.clusters import frequency
 from spec_route_suite.reports.compare import render_comparison
-from spec_route_suite.reports.coverage import COLUMNS, table_cells
+from spec_route_suite.reports.matrix import coverage_matrix
+from spec_route_suite.reports.speed import speed_section
+from spec_route_suite.reports.verdict_lines import GAPS_LEAD, candidate_rows, gap_lines, headline_reason
 
-MAX_FINDINGS_SHOWN = 50
-
-
-def _route_verdicts(report: dict[str, Any]) -> list[str]:
-    """With several candidates, each one's own verdict: a route is promoted on its own evidence."""
-    verdicts = report.get("route_verdicts") or {}
-    if len(verdicts) < 2:
-        return []
-    rows = [f"| `{name}` | **{v['verdict'].upper()}** | {v['reason']} |" for name, v in verdicts.items()]
-    return ["| candidate | verdict | why |", "|---|---|---|", *rows, ""]
+MAX_CHARS = 20_000
+CLUSTERS_SHOWN = 40
+ENGINE_NOTES_SHOWN = 12
+NOTES_SHOWN = 12
+LINE_CHARS = 300
 
 
-def render_summary(report: dict[str, Any]) -> str:
-    lines = [
-        f"# Route qualification: **{report['verdict'].upper()}**",
-        "",
-        f"{report['verdict_reason']}.",
-        "",
-        *_route_verdicts(report),
-        f"Run `{report['run_id']}`, {report['duration_s']} s"
-        + ("" if report["complete"] else " — **INCOMPLETE**: interrupted or a worker crashed; results are partial"),
-        "",
-        _routes_line(report),
-        "",
-        *[f"> **Warning**: {w}" for w in report.get("warnings", [])],
-        *([""] if report.get("warnings") else []),
-        *_coverage_table(report),
-    ]
-    lines += _speculation_table(report)
-    if report.get("comparison"):
-        lines += [""] + render_comparison(report["comparison"])
-    lines += ["", f"## Findings ({len(report['findings'])})", ""]
-    if not report["findings"]:
-        lines.append("None.")
-    scripts = report.get("repro_scripts", [])
-    for index, finding in enumerate(report["findings"][:MAX_FINDINGS_SHOWN]):
-        lines += _finding_block(finding)
-        mine = [s for s in scripts if s.startswith(f"repro/{index:03d}-")]
-        if mine:
-            lines += [f"- repro: " + ", ".join(f"`{s}`" for s in mine) + " (standalone; run from the run folder)", ""]
-    if len(report["findings"]) > MAX_FINDINGS_SHOWN:
-        lines.append(f"... and {len(report['findings']) - MAX_FINDINGS_SHOWN} more in report.json")
-    if report["not_verified"]:
-        lines += ["", "## Not verified", ""]
-        lines += [f"- `{n['test']}`: {n['reason']}" for n in report["not_verified"]]
-    if report.get("notes"):
-        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"][:20]]
-    accounting = report["findings_accounting"]
-    lines += ["", f"Findings recorded by workers: {accounting['recorded']}, received: {accounting['received']}.", ""]
-    lines += _details("Acceptance profile", report.get("acceptance", {}))
-    lines += _details("Route inventory and baseline parity", {"inventories": report.get("inventories", {}),
-                                                              "parity": report.get("parity", [])})
-    lines += _details("Latency and memory (context, not a criterion)",
-                      {"latency": report.get("latency", {}), "memory": report.get("memory", {})})
-    lines += _details("Configuration (secrets removed)", report.get("config", {}))
-    return "\n".join(lines) + "\n"
+def _cut(text: str, limit: int = LINE_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _coverage_table(report: dict[str, Any]) -> list[str]:
-    """The one table that says what each check could have detected on this run, and whether it is verified."""
-    lines = ["## Coverage", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for row in report.get("coverage", []):
-        cells = [str(c).replace("|", "\\|").replace("\n", " ") for c in table_cells(row)]
-        lines.append("| " + " | ".join(cells) + " |")
+def _md(text: str) -> str:
+    """Text from a server or a title, safe in a table cell or a bullet: no HTML block, no column break."""
+    return str(text).replace("<", "&lt;").replace("|", "\\|")
+
+
+def _head(report: dict[str, Any]) -> list[str]:
+    incomplete = "" if report["complete"] else " — **INCOMPLETE**: interrupted or a worker crashed; results are partial"
+    gaps = gap_lines(report)
+    return [f"# Route qualification: **{report['verdict'].upper()}**", "", f"{_md(headline_reason(report))}.", "",
+            *candidate_rows(report),
+            *([GAPS_LEAD[report["verdict"] == "pilot"], "", *gaps, ""] if gaps else []),
+            f"Run `{report['run_id']}`, {report['duration_s']} s{incomplete}. {_routes_line(report)}", "",
+            *[f"> **Warning**: {_md(_cut(w))}" for w in report.get("warnings", [])],
+            *([""] if report.get("warnings") else [])]
+
+
+def _routes_line(report: dict[str, Any]) -> str:
+    config = report.get("config", {})
+    baseline = config.get("baseline", {})
+    names = ", ".join(f"`{c.get('name')}` ({c.get('kind')})" for c in config.get("candidates", []))
+    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs candidate(s) {names}."
+
+
+def _matrix(report: dict[str, Any]) -> list[str]:
+    matrix = report.get("matrix") or coverage_matrix(report)
+    names = [c.get("name") for c in report.get("config", {}).get("candidates", [])]
+    lines = ["## Coverage by family", "", "| family | " + " | ".join(f"`{n}`" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for family, cells in matrix.items():
+        lines.append(f"| {family} | " + " | ".join(cells.get(n, {}).get("status", "?") for n in names) + " |")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.get("counts", {}).items()))
-    return lines + ["", f"Tests: {counts or 'none'}."]
+    return lines + ["", f"yes: every part verified; partly: some; no: not verified. Why, part by part: the coverage "
+                        f"table in report.html and report.json. Tests: {counts or 'none'}.", ""]
 
 
-def _speculation_table(report: dict[str, Any]) -> list[str]:
-    """Did speculation really run, and how well did the drafter do (per candidate)."""
+def _clusters(report: dict[str, Any]) -> list[str]:
+    clusters = report.get("clusters") or []
+    total = len(report.get("findings") or [])
+    if not clusters:
+        return [f"## Findings", "", "None (no bug, error, near-tie or warning)." if not total else
+                f"No bug, error, near-tie or warning; {total} info and engine line(s) in report.json.", ""]
+    lines = [f"## Findings: {len(clusters)} cause(s) from {sum(c['count'] for c in clusters)} finding(s)", "",
+             "| # | severity | check | route | how often | finding | issue / repro |", "|---|---|---|---|---|---|---|"]
+    for cluster in clusters[:CLUSTERS_SHOWN]:
+        files = ", ".join(f"[{p.split('/')[-1]}]({p})" for p in [cluster.get("issue"), *(cluster.get("repro") or [])[:1]]
+                          if p) or "-"
+        lines.append(f"| {cluster['id']} | {cluster['severity']} | {cluster['check']} | `{cluster['route']}` | "
+                     f"{_md(frequency(cluster))} | {_md(_cut(cluster['title'], 220))} | {files} |")
+    if len(clusters) > CLUSTERS_SHOWN:
+        lines.append(f"\n... and {len(clusters) - CLUSTERS_SHOWN} more cause(s): report.json `clusters`, issues/.")
+    return lines + ["", "Each issue file is ready to paste upstream (the engine's bug template, the repro quoted "
+                        "whole); each repro script resends the failing request(s) to the candidate and to the "
+                        "baseline as the control and exits 1 when the failure reproduces on the candidate alone.", ""]
+
+
+def _speculation(report: dict[str, Any]) -> list[str]:
     rows = report.get("speculation") or []
     if not rows:
         return []
-    lines = ["", "## Speculation", "", "| candidate | speculation | mean acceptance length | acceptance by position |"
+    lines = ["## Speculation", "", "| candidate | speculation | mean acceptance length | acceptance by position |"
              " counter invariants |", "|---|---|---|---|---|"]
     for row in rows:
         acc = (report.get("acceptance") or {}).get(row["route"]) or {}
@@ -88,34 +97,82 @@ def _speculation_table(report: dict[str, Any]) -> list[str]:
         invariants = {True: "hold", False: "BROKEN"}.get(acc.get("invariants_hold"), "n/a")
         lines.append(f"| `{row['route']}` | {row['status']} | {acc.get('mean_acceptance_length') or 'n/a'} | "
                      f"{rates} | {invariants} |")
-    return lines
+    return lines + [""]
 
 
-def _routes_line(report: dict[str, Any]) -> str:
-    config = report.get("config", {})
-    baseline = config.get("baseline", {})
-    candidates = config.get("candidates", [])
-    names = ", ".join(f"`{c.get('name')}` ({c.get('kind')})" for c in candidates)
-    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs candidate(s) {names}."
+def _by_class(report: dict[str, Any]) -> list[str]:
+    """Acceptance and outcomes per prompt class (the user's workload), when the run had classes."""
+    lines = by_class.markdown(report.get("by_class") or {})
+    return [*lines, ""] if lines else []
 
 
-def _finding_block(finding: dict[str, Any]) -> list[str]:
-    # A title may quote a server's answer ("<html>...", "<details>"): escaped, it cannot open an HTML block.
-    title = finding["title"].replace("<", "&lt;")
-    head = f"### [{finding['severity']}] {finding['check']}: {title}"
-    lines = [head, "", f"- route: `{finding['route']}`"]
-    if finding.get("prompt_id"):
-        lines.append(f"- prompt: `{finding['prompt_id']}`")
-    lines.append(f"- test: `{finding['test_id']}`")
-    diff = finding.get("details", {}).get("diff")
-    if diff:
-        lines += ["", "```diff", diff, "```"]
-    lines += _details("Evidence", {k: v for k, v in finding.get("details", {}).items() if k != "diff"})
-    return lines
-
-
-def _details(title: str, data: Any) -> list[str]:
-    if not data:
+def _engine_behaviour(report: dict[str, Any]) -> list[str]:
+    """What the baseline does the same way on the same request: one line per distinct note, not a finding."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for note in (f for f in report.get("findings", []) if f.get("severity") == "engine"):
+        grouped.setdefault((note["check"], note["title"]), []).append(note)
+    if not grouped:
         return []
-    return ["<details><summary>" + title + "</summary>", "", "```json",
-            json.dumps(data, indent=2, sort_keys=True, default=str), "```", "", "</details>", ""]
+    lines = ["## Engine behaviour (both routes)", "",
+             "The baseline breaks these rules the same way on the same request: engine behaviour, not a speculation "
+             "finding (each rule's part of the coverage reads \"not verified\").", ""]
+    for (check, title), same in list(grouped.items())[:ENGINE_NOTES_SHOWN]:
+        requests = [r for n in same for r in (n.get("details") or {}).get("requests", [])]
+        shown = ", ".join(f"`{r}`" for r in requests[:2]) + (f" and {len(requests) - 2} more" if len(requests) > 2 else "")
+        lines.append(f"- **{check}**: {_md(_cut(title, 200))} — route `{same[0]['route']}`, {len(same)} test(s); "
+                     f"request(s) {shown or 'n/a'}")
+    if len(grouped) > ENGINE_NOTES_SHOWN:
+        lines.append(f"- ... and {len(grouped) - ENGINE_NOTES_SHOWN} more in report.json")
+    return lines + [""]
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    notes = report.get("notes") or []
+    if not notes:
+        return []
+    return ["## Notes", "", *[f"- {_md(_cut(n))}" for n in notes[:NOTES_SHOWN]],
+            *([f"- ... and {len(notes) - NOTES_SHOWN} more in report.json"] if len(notes) > NOTES_SHOWN else []), ""]
+
+
+def _inventory(report: dict[str, Any]) -> list[str]:
+    inventories = report.get("inventories") or {}
+    if not inventories:
+        return []
+    lines = ["## Routes", "", "| route | engine | model | draft | speculation | dtype | max len | hardware |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, inv in inventories.items():
+        spec = inv.get("speculation") or {}
+        lines.append(f"| `{name}` | {_md(inv.get('engine'))} {_md(inv.get('version', ''))} | {_md(inv.get('model'))} | "
+                     f"{_md(inv.get('draft') or '-')} | {_md(_cut(', '.join(f'{k}={v}' for k, v in spec.items()), 120))} | "
+                     f"{inv.get('dtype')} | {inv.get('max_model_len')} | {_md(_cut(inv.get('hardware', ''), 60))} |")
+    parity = [p for p in report.get("parity", []) if p.get("warning")]
+    accounting = report["findings_accounting"]
+    return lines + ["", *[f"- baseline parity: {_md(_cut(p['warning']))}" for p in parity],
+                    f"Findings recorded by workers: {accounting['recorded']}, received: {accounting['received']}. "
+                    f"Everything else (configuration, latency, memory, every finding's evidence): report.json.", ""]
+
+
+def _comparison(report: dict[str, Any]) -> list[str]:
+    return [*render_comparison(report["comparison"]), ""] if report.get("comparison") else []
+
+
+# (section, where its content goes when it does not fit) in the order they are given up
+SECTIONS: list[tuple[Callable[[dict[str, Any]], list[str]], str]] = [
+    (_head, ""), (_matrix, "report.html"), (_clusters, "report.json `clusters` and issues/"),
+    (_speculation, "report.json `speculation`"), (_by_class, "report.json `by_class`"),
+    (speed_section, "report.json `measurements.speed`"),
+    (_comparison, "report.json `comparison`"), (_inventory, "report.json `inventories`"),
+    (_engine_behaviour, "report.json `findings` (severity engine)"), (_notes, "report.json `notes`"),
+]
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    parts = [render(report) for render, _ in SECTIONS]
+    text = "\n".join(line for lines in parts for line in lines)
+    droppable = [i for i in range(len(parts) - 1, 0, -1) if parts[i]]
+    while len(text) > MAX_CHARS and droppable:
+        index = droppable.pop(0)
+        title = next((line.lstrip("# ") for line in parts[index] if line.startswith("#")), "a section")
+        parts[index] = [f"({title}: does not fit the summary's {MAX_CHARS} characters; see {SECTIONS[index][1]})", ""]
+        text = "\n".join(line for lines in parts for line in lines)
+    return text[:MAX_CHARS - 1].rstrip("\n") + "\n"

@@ -7,12 +7,12 @@ from typing import Any, Sequence
 
 from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_problems, speculation_status,
                                                    summed_worker_profile)
+from spec_route_suite.reports.by_class import class_gaps, class_report
 from spec_route_suite.reports.collector import RunCollector
-from spec_route_suite.reports.coverage import ANY_ROUTE, coverage_gaps, coverage_rows, route_of_test, table_dicts
+from spec_route_suite.reports.coverage import ANY_ROUTE, Gap, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
 
 NOT_VERIFIED_PREFIX = "not verified"
-SERVER_KINDS = ("openai",)   # cumulative /metrics counters (SGLang's are per route object: summed)
 
 
 def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verified: int,
@@ -26,10 +26,10 @@ def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verif
         return "wait", "the run did not complete; its results are partial"
     if bug_findings:
         return "avoid", f"{bug_findings} correctness finding(s) against the candidate"
-    if error_findings or failed:
-        return "wait", f"{failed} failed check(s), {error_findings} route error(s): investigate before promoting"
-    if problems:
-        return "wait", "; ".join(problems)
+    if error_findings or failed or problems:   # every cause is named: route errors never hide "speculation did not run"
+        errors = ([f"{failed} failed check(s), {error_findings} route error(s): investigate before promoting"]
+                  if error_findings or failed else [])
+        return "wait", "; ".join([*errors, *problems])
     if gaps:
         return "pilot", "all checks that ran passed, but: " + "; ".join(gaps)
     if not_verified:
@@ -58,8 +58,10 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     problems = speculation_problems(context["speculation"]) + baseline_problems(
         baseline_name, context["acceptance"].get(baseline_name))
     candidates = [c.get("name") for c in collector.config_public.get("candidates", [])]
+    planned = {k: v for state in [collector.worker_state.__dict__, *collector.worker_states]
+               for k, v in (state.get("planned") or {}).items()}
     coverage = coverage_rows(records=collector.measurements.get("coverage", []), outcomes=outcomes,
-                             candidates=candidates)
+                             candidates=candidates, planned=planned)
     unknown = [s for s in context["speculation"] if s["status"] == UNKNOWN]
     not_verified += [{"test": "(whole run)", "check": "speculation",
                       "reason": f"{NOT_VERIFIED_PREFIX}: whether speculation ran on `{s['route']}`: {s['reason']}"}
@@ -73,8 +75,12 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
                                      complete=complete, baseline_name=baseline_name, outcomes=outcomes)
                  for name in candidates}
     verdict, reason = headline_verdict((verdict, reason), per_route)
-    return collector.redact.data({
+    from spec_route_suite import __version__
+    from spec_route_suite.reports.matrix import coverage_matrix
+    report = collector.redact.data({
         "run_id": collector.run_id,
+        "suite_version": __version__,
+        "command": collector.command,
         "started_unix": collector.started,
         "finished_unix": time.time(),
         "duration_s": round(time.time() - collector.started, 2),
@@ -91,6 +97,7 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "not_verified": not_verified,
         "coverage": table_dicts(coverage),
         "gaps": gaps,
+        "by_class": class_report(collector.measurements),
         "findings": findings,
         "measurements": collector.measurements,
         "findings_accounting": {"recorded": recorded, "received": received, "lost": recorded - received},
@@ -101,6 +108,8 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
                            else [])}),
         **context,
     })
+    report["matrix"] = coverage_matrix(report)
+    return report
 
 
 def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *, baseline_name: str | None,
@@ -112,14 +121,21 @@ def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *,
     unknown = [s for s in context["speculation"] if s["status"] == UNKNOWN and ours(s["route"])]
     warnings = [p["warning"] for p in context["parity"] if p["warning"] and ours(p["route"])]
     about_baseline = [f for f in collector.findings if f.route == baseline_name and f.severity == "bug"]
-    gaps = [*coverage_gaps(coverage, route=route), *prompt_set_gaps(collector.config_public),
-            *(f"speculation not proven on `{s['route']}` ({s['reason']})" for s in unknown),
-            *evidence_warnings([f for f in collector.findings if ours(f.route)], baseline_name=baseline_name),
-            *(f"baseline parity: {w}" for w in warnings)]
+    def tagged(kind: str, texts) -> list[Gap]:
+        return [Gap(text, kind=kind, why=text) for text in texts]
+    gaps = [*coverage_gaps(coverage, route=route), *tagged("prompt set", prompt_set_gaps(collector.config_public)),
+            *tagged("settings", settings_gaps(collector.config_public)),
+            *tagged("server", server_gaps({n: p for n, p in context["acceptance"].items() if ours(n)})),
+            *(Gap(f"speculation not proven on `{s['route']}` ({s['reason']})", kind="speculation not proven",
+                  subject=s["route"], why=s["reason"]) for s in unknown),
+            *tagged("prompt class", class_gaps(class_report(collector.measurements), route)),
+            *tagged("warnings", evidence_warnings([f for f in collector.findings if ours(f.route)],
+                                                  baseline_name=baseline_name)),
+            *tagged("baseline parity", (f"baseline parity: {w}" for w in warnings))]
     if about_baseline:
-        gaps.append(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
-                    f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the candidate "
-                    f"is judged against is not trustworthy there")
+        gaps.append(Gap(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
+                        f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the "
+                        f"candidate is judged against is not trustworthy there", kind="baseline findings"))
     return gaps
 
 
@@ -128,7 +144,7 @@ VERDICT_ORDER = ("adopt", "pilot", "wait", "avoid")
 
 def route_verdict(collector: RunCollector, name: str, candidates: Sequence[str], *, coverage,
                   context: dict[str, Any], complete: bool, baseline_name: str | None,
-                  outcomes: Sequence[Any]) -> dict[str, str]:
+                  outcomes: Sequence[Any]) -> dict[str, Any]:
     """One candidate's verdict on its own evidence: a family verified on another candidate (a batching engine
     beside a serial one) does not make this one "adopt". What concerns the baseline or no particular route
     (its findings, failed tests, route errors) counts for every candidate."""
@@ -138,11 +154,11 @@ def route_verdict(collector: RunCollector, name: str, candidates: Sequence[str],
                  and route_of_test(o.nodeid, candidates) in (name, ANY_ROUTE))
     problems = speculation_problems([s for s in context["speculation"] if s["route"] == name]) + baseline_problems(
         baseline_name, context["acceptance"].get(baseline_name))
+    gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name, route=name)
     verdict, reason = verdict_of(
         failed=failed, bug_findings=sum(1 for f in collector.findings if f.severity == "bug" and f.route == name),
-        error_findings=errors, not_verified=0, complete=complete, problems=problems,
-        gaps=evidence_gaps(collector, coverage, context, baseline_name=baseline_name, route=name))
-    return {"verdict": verdict, "reason": reason}
+        error_findings=errors, not_verified=0, complete=complete, problems=problems, gaps=gaps)
+    return {"verdict": verdict, "reason": reason, "gaps": [g.as_dict() for g in gaps]}
 
 
 def headline_verdict(run: tuple[str, str], per_route: dict[str, dict[str, str]]) -> tuple[str, str]:
@@ -157,13 +173,47 @@ def headline_verdict(run: tuple[str, str], per_route: dict[str, dict[str, str]])
                    + "): each route's verdict and reason are listed below")
 
 
+def settings_gaps(config: dict[str, Any]) -> list[str]:
+    """Settings that weaken what a passing run proves, named in the verdict line (not only in the notes)."""
+    from spec_route_suite.fixtures.config import DEFAULT_DETECT_TV
+    gaps = []
+    tv = config.get("detect_tv")
+    if isinstance(tv, (int, float)) and tv > DEFAULT_DETECT_TV:
+        gaps.append(f"the distribution check is planned for TV {tv:g} (--detect-tv; the full budget is "
+                    f"{DEFAULT_DETECT_TV:g}): smaller distribution shifts may pass unseen")
+    if config.get("near_tie_tau") is not None:
+        excused = (" and --greedy-policy classify excuses every greedy divergence whose margin is below it"
+                   if config.get("greedy_policy") == "classify" else "")
+        gaps.append(f"the near-tie margin tau is pinned at {config['near_tie_tau']:g} nats (--near-tie-tau), not "
+                    f"calibrated from the baseline's A/A run{excused}")
+    return gaps
+
+
+def server_gaps(acceptance: dict[str, Any]) -> list[str]:
+    """A server that restarted during the run, or stopped answering before its end: its counters and its
+    answers cover part of the run only."""
+    gaps = []
+    for name, profile in sorted(acceptance.items()):
+        if (profile or {}).get("server_restarted"):
+            gaps.append(f"the server behind `{name}` restarted during the run (its counters went down): the run's "
+                        f"evidence spans two server lives")
+        if (profile or {}).get("server_answering_at_end") is False:
+            gaps.append(f"the server behind `{name}` was not answering at the end of the run")
+    return gaps
+
+
 def prompt_set_gaps(config: dict[str, Any]) -> list[str]:
     """A run on part of the prompt set checked part of what the suite would have checked."""
     from spec_route_suite.fixtures.config import PROMPT_CATEGORIES
     gaps = []
-    left_out = [c for c in PROMPT_CATEGORIES if c not in (config.get("categories") or PROMPT_CATEGORIES)]
-    if left_out:
-        gaps.append(f"prompt categories not run: {', '.join(left_out)} (--categories)")
+    if config.get("prompts"):   # the user's sources: --categories chose among their own categories
+        if config.get("categories"):
+            gaps.append(f"only prompt categories {', '.join(config['categories'])} of the prompt sources were run "
+                        f"(--categories)")
+    else:
+        left_out = [c for c in PROMPT_CATEGORIES if c not in (config.get("categories") or PROMPT_CATEGORIES)]
+        if left_out:
+            gaps.append(f"prompt categories not run: {', '.join(left_out)} (--categories)")
     if config.get("prompt_limit"):
         gaps.append(f"at most {config['prompt_limit']} prompt(s) per category (--prompt-limit)")
     return gaps
@@ -188,20 +238,22 @@ def _per_route(collector: RunCollector, key: str) -> dict[str, list[Any]]:
 def route_context(collector: RunCollector) -> dict[str, Any]:
     """Inventory, acceptance profile, "speculation really ran", baseline parity, latency and memory."""
     config = collector.config_public
-    kinds = {r.get("name"): r.get("kind") for r in [config.get("baseline") or {}, *config.get("candidates", [])]}
     inventories = {name: values[0] for name, values in _per_route(collector, "inventories").items()}
-    # In-process engines count per worker (sum them); a server's /metrics counters are cumulative and
-    # shared by all workers, so only the controller's before/after difference is meaningful.
-    acceptance = {name: summed_worker_profile(values) for name, values in _per_route(collector, "acceptance").items()
-                  if kinds.get(name) not in SERVER_KINDS}
+    # Counters a route took from its own answers (in-process engines, per-answer draft counts) are per worker:
+    # sum them. A server's cumulative /metrics counters are shared by all workers, so only the controller's
+    # before/after difference is meaningful, and it is preferred where the server has one.
+    acceptance = {name: summed_worker_profile(route_scoped)
+                  for name, values in _per_route(collector, "acceptance").items()
+                  if (route_scoped := [v for v in values if v.get("scope", "route") == "route"])}
     acceptance.update(collector.server_acceptance)
     baseline_name = (config.get("baseline") or {}).get("name")
     candidates = [c.get("name") for c in config.get("candidates", [])]
     return {
         "inventories": inventories,
         "acceptance": acceptance,
+        # every candidate gets a row: no evidence at all is "unknown" (speculation not proven), never silence
         "speculation": [speculation_status(name, inventory=inventories.get(name), profile=acceptance.get(name))
-                        for name in candidates if name in inventories or name in acceptance],
+                        for name in candidates],
         "parity": [parity(inventories.get(baseline_name), inventories.get(name), candidate_name=name)
                    for name in candidates],
         "latency": {name: latency_summary([s for worker in lists for s in worker])

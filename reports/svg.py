@@ -76,3 +76,39 @@ def heatmap(matrix: Sequence[Sequence[int]], *, rows: Sequence[str], cols: Seque
     return (f'<svg class="chart" viewBox="0 0 {WIDTH} {height:.0f}" width="{WIDTH}" height="{height:.0f}" '
             f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>'
             f'<text x="100" y="20" font-size="11">source (row) leaked into victim (column)</text>{"".join(cells)}</svg>')
+
+
+PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+
+
+def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, x_label: str, y_label: str,
+               x_ticks: Sequence[float] | None = None, reference: float | None = None) -> str:
+    """One polyline per named series (a legend at the top), points evenly spaced over `x_ticks` when given (so
+    concurrency 1, 8, 32 sit apart); `reference` draws a dashed horizontal line (1.0: no speedup)."""
+    points = [p for values in series.values() for p in values if p[1] is not None]
+    if not points:
+        return ""
+    ticks = list(x_ticks) if x_ticks else sorted({p[0] for p in points})
+    top = max([p[1] for p in points] + ([reference] if reference is not None else [])) * 1.1 or 1.0
+    inner_w, inner_h = WIDTH - PAD - 16, HEIGHT - 2 * PAD - 14
+    def x_of(x: float) -> float:
+        index = ticks.index(x) if x in ticks else 0
+        return PAD + 8 + (inner_w - 16) * (index / max(len(ticks) - 1, 1))
+    def y_of(y: float) -> float:
+        return HEIGHT - PAD - inner_h * y / top
+    body = [f'<text x="{x_of(t):.1f}" y="{HEIGHT - PAD + 13}" font-size="10" text-anchor="middle">{t:g}</text>'
+            for t in ticks]
+    body.append(f'<text x="{PAD - 4}" y="{HEIGHT - PAD - inner_h + 4:.1f}" font-size="10" text-anchor="end">'
+                f'{top:.3g}</text>')
+    if reference is not None:
+        body.append(f'<line x1="{PAD}" y1="{y_of(reference):.1f}" x2="{WIDTH - 8}" y2="{y_of(reference):.1f}" '
+                    f'stroke="#999" stroke-dasharray="4 3"/>')
+    for n, (name, values) in enumerate(series.items()):
+        colour = PALETTE[n % len(PALETTE)]
+        kept = [(x, y) for x, y in values if y is not None]
+        coords = " ".join(f"{x_of(x):.1f},{y_of(y):.1f}" for x, y in kept)
+        body.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        body += [f'<circle cx="{x_of(x):.1f}" cy="{y_of(y):.1f}" r="3" fill="{colour}"><title>{escape(name)}: '
+                 f'{x:g} -&gt; {y:.4g}</title></circle>' for x, y in kept]
+        body.append(f'<text x="{PAD + 8 + 120 * n}" y="22" font-size="10" fill="{colour}">{escape(name[:22])}</text>')
+    return _frame("".join(body), title, x_label, y_label)

@@ -1,10 +1,12 @@
-"""Write the run folder (summary.md, report.json) atomically."""
+"""Write the run folder: report.json, summary.md, report.html, junit.xml, repro/ and issues/ per finding cluster."""
 from __future__ import annotations
 
 import json
 
 from spec_route_suite.reports.collector import RunCollector
 from spec_route_suite.reports.atomic import write_text_atomic
+from spec_route_suite.reports.clusters import cluster_findings
+from spec_route_suite.reports.issues import write_issue_files
 from spec_route_suite.reports.compare import append_history, compare_reports, load_report
 from spec_route_suite.reports.render_html import render_html
 from spec_route_suite.reports.render_junit import render_junit
@@ -16,7 +18,11 @@ from spec_route_suite.reports.run_report import build_run_report
 def write_run_folder(collector: RunCollector) -> dict:
     report = build_run_report(collector)
     collector.run_dir.mkdir(parents=True, exist_ok=True)
-    report["repro_scripts"] = write_repro_scripts(collector.run_dir, report, collector.redact.text)
+    candidates = [c.get("name") for c in report["config"].get("candidates", [])]
+    clusters = cluster_findings(report["findings"], report["tests"], candidates)
+    report["repro_scripts"] = write_repro_scripts(collector.run_dir, report, clusters, collector.redact.text)
+    report["issue_files"] = write_issue_files(collector.run_dir, report, clusters, collector.redact.text)
+    report["clusters"] = clusters
     if collector.compare_to is not None:
         report["comparison"] = compare_reports(report, load_report(collector.compare_to))
     write_text_atomic(collector.run_dir / "report.json", json.dumps(report, indent=2, sort_keys=True, default=str))

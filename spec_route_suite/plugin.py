@@ -9,15 +9,17 @@ the pytest config; fixtures hand its parts down. A bad value exits with code 4 n
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
 from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY, SuiteConfig, suite_config_from_options
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing, ContextExceeded, RouteError
 from spec_route_suite.fixtures.routes.spec import ConfigError
-from spec_route_suite.reports.collector import WORKER_STATE_KEY, RunCollector, check_of, new_run_id
+from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WORKER_STATE_KEY, RunCollector, check_of,
+                                                new_run_id)
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.writer import write_run_folder
@@ -40,7 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--greedy-policy", dest="greedy_policy", help="strict (any divergence fails) or classify")
     group.addoption("--max-new-tokens", dest="max_new_tokens", help="tokens generated per greedy prompt (default 64)")
     group.addoption("--prompt-limit", dest="prompt_limit", help="at most this many prompts per category")
-    group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long)")
+    group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long, or --prompts')")
+    group.addoption("--prompts", action="append", metavar="SOURCE", help="qualify on these prompts (repeatable): "
+                    "gsm8k|mt_bench|humaneval|mbpp[:PATH|HUB_ID] or jsonl|parquet:PATH, ?limit=N&... (README)")
     group.addoption("--compare-to", dest="compare_to", help="a previous run folder: list new, fixed and still-failing findings")
     group.addoption("--near-tie-tau", dest="near_tie_tau",
                     help="pin the near-tie margin tau in nats (default: from the A/A calibration)")
@@ -67,11 +71,13 @@ def pytest_configure(config: pytest.Config) -> None:
     options = {name: config.getoption(name) for name in (
         "baseline", "candidate", "routes", "report_dir", "greedy_policy", "max_new_tokens", "prompt_limit",
         "categories", "torch_threads", "concurrency", "alpha", "detect_tv", "samples_per_prompt", "seed",
-        "stress_requests", "compare_to", "near_tie_tau")}
+        "stress_requests", "compare_to", "near_tie_tau", "prompts")}
     workerinput = getattr(config, "workerinput", None)
     invocation_dir = Path(workerinput[INVOCATION_DIR_INPUT]) if workerinput else config.invocation_params.dir
     try:
         suite = suite_config_from_options(options, invocation_dir=invocation_dir)
+        from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
+        prompts = prompt_set(suite)   # every source row read and checked: a malformed one exits 4 here
     except ConfigError as exc:
         raise pytest.UsageError(f"bad configuration: {exc}") from None
     config.stash[CONFIG_KEY] = suite
@@ -80,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
                              compare_to=suite.compare_to, report_dir=suite.report_dir,
                              redact=Redactor(suite.routes.secrets()), is_worker=workerinput is not None,
                              worker_id=workerinput["workerid"] if workerinput else "main")
+    collector.worker_state.notes.extend(prompts.notes)
+    collector.command = "spec-route-suite " + shlex.join(str(a) for a in config.invocation_params.args)
     config.stash[COLLECTOR_KEY] = collector
     config.pluginmanager.register(collector, "spec-suite-collector")
     config.stash[USAGE_KEY] = UsageErrors()
@@ -109,14 +117,23 @@ def pytest_configure_node(node) -> None:
     node.workerinput[INVOCATION_DIR_INPUT] = str(node.config.invocation_params.dir)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`-n N` (xdist's default `--dist load`): the heaviest tests first, on distinct workers (schedule.py)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from spec_route_suite.schedule import LongestFirstScheduling
+    return LongestFirstScheduling(config, log)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     suite = metafunc.config.stash[CONFIG_KEY]
     if "candidate" in metafunc.fixturenames:
         names = [c.name for c in suite.routes.candidates]
         metafunc.parametrize("candidate", names, indirect=True, ids=names, scope="session")
     if "prompt" in metafunc.fixturenames:
-        from spec_route_suite.fixtures.prompts.fit import suite_prompts
-        prompts = suite_prompts(suite.categories, suite.prompt_limit)
+        from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+        prompts = run_prompts(suite)
         metafunc.parametrize("prompt", prompts, ids=[p.id for p in prompts])
 
 
@@ -134,6 +151,7 @@ def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
     collector = pytestconfig.stash[COLLECTOR_KEY]
     for name, handle in session.built().items():
         collector.worker_state.latency[name] = list(handle.route.samples)
+        collector.worker_state.notes.extend(n for n in handle.notes() if n not in collector.worker_state.notes)
         try:
             if name not in collector.worker_state.inventories:
                 collector.worker_state.inventories[name] = handle.inventory().__dict__
@@ -191,16 +209,18 @@ def context_fit(pytestconfig: pytest.Config, baseline, candidate):
     """The smaller context of the baseline and this candidate: every request of the pair must fit it."""
     from spec_route_suite.fixtures.prompts.fit import ContextFit, route_context
     inventories = pytestconfig.stash[COLLECTOR_KEY].worker_state.inventories  # filled at the routes' first use
-    return ContextFit(tuple(route_context(h.spec, (inventories.get(h.name) or {}).get("max_model_len"))
-                            for h in (baseline, candidate)))
+    return ContextFit(lambda: tuple(route_context(h.spec, h.context_limit((inventories.get(h.name) or {})
+                                                                          .get("max_model_len")))
+                                    for h in (baseline, candidate)))
 
 
 @pytest.fixture(scope="session")
 def fitted_prompts(context_fit, tokenizer, suite_config: SuiteConfig, report_note):
     """Prompt records -> the token ids to send, sized into the pair's context; the sizing is noted once."""
-    from spec_route_suite.fixtures.prompts.fit import FittedPrompts, suite_prompts
+    from spec_route_suite.fixtures.prompts.fit import FittedPrompts
+    from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
     fitted = FittedPrompts(tokenizer, context_fit, max_tokens=suite_config.max_new_tokens)
-    note = fitted.note(suite_prompts(suite_config.categories, suite_config.prompt_limit))
+    note = fitted.note(run_prompts(suite_config))
     if note:
         report_note(note)
     return fitted
@@ -213,8 +233,8 @@ def calibration(baseline, fitted_prompts, suite_config: SuiteConfig, tmp_path_fa
     import json
     from spec_route_suite.equivalence import calibration as calib
     from spec_route_suite.equivalence.lean import pick_lean
-    from spec_route_suite.fixtures.prompts.records import load_prompt_set
-    prompts = pick_lean(load_prompt_set(suite_config.categories), calib.PROMPTS)
+    from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+    prompts = pick_lean(prompt_pool(suite_config), calib.PROMPTS)
     ids = [fitted_prompts.ids(p) for p in prompts]
     max_tokens = min(calib.TOKENS, suite_config.max_new_tokens)
     cache = None
@@ -264,22 +284,63 @@ def findings(request: pytest.FixtureRequest) -> FindingSink:
     return FindingSink(request.config.stash[COLLECTOR_KEY], request.node)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """A server that refused a request as too long and stated its limit has taught its route that limit, and
+    every fixture sizes requests to the live limit: the test runs once more, re-planned, instead of ending
+    as a route error (the route's note says what it learned). A capability a route turns out to lack in the
+    middle of a test (its first answer without prompt logprobs) skips the test as not verified."""
+    try:
+        return (yield)
+    except CapabilityMissing as exc:   # a capability the route turned out to lack mid-test: not verified, never an error
+        pytest.skip(f"not verified: {exc.describe()}"[:500])
+    except ContextExceeded as exc:
+        if getattr(pyfuncitem, "_spec_suite_replanned", False):
+            raise
+        pyfuncitem._spec_suite_replanned = True
+        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        _log(f"spec-suite: {pyfuncitem.nodeid}: re-planned after the server stated its context limit "
+             f"({exc.limit} tokens)")
+        pyfuncitem.obj(**args)
+        return True
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A route failure (HTTP error, timeout, dead connection) anywhere in a test becomes a finding; a
-    configuration error found only once the routes are up (a context too small) becomes one line."""
+    """A route failure (HTTP error, timeout, dead connection) anywhere in a test becomes a finding (the speed
+    gate, a route test of no family, records it under "measured"); a configuration error found only once
+    the routes are up (a context too small) becomes one line."""
     excinfo = call.excinfo
-    if excinfo is not None and isinstance(excinfo.value, RouteError) and check_of(item):
+    check = check_of(item) or (UNJUDGED if (UNJUDGED_PROPERTY, "1") in item.user_properties else None)
+    if excinfo is not None and isinstance(excinfo.value, RouteError) and check:
         error = excinfo.value
+        repro = _error_repro(item, error)
         item.config.stash[COLLECTOR_KEY].record(item, Finding(
-            check=check_of(item), severity="error", title=error.describe()[:300], route=error.route or "unknown",
+            check=check, severity="error", title=error.describe()[:300], route=error.route or "unknown",
             details={"error_kind": error.kind, "request_id": error.request_id, "detail": error.detail[:2000],
-                     "phase": call.when}))
+                     "phase": call.when, **({"repro": repro} if repro else {})}))
     outcome = yield
     if excinfo is not None and isinstance(excinfo.value, ConfigError):
         report = outcome.get_result()
         report.longrepr = f"bad configuration: {excinfo.value}"
         report.user_properties.append((USAGE_ERROR_PROPERTY, report.longrepr))
+
+
+def _error_repro(item: pytest.Item, error: RouteError) -> dict | None:
+    """The failed request resent to the route that failed it, with the test's other route as the control."""
+    request, session = getattr(error, "request", None), getattr(item, "funcargs", {}).get("route_session")
+    if request is None or session is None or error.route not in session.specs:
+        return None
+    baseline = item.config.stash[CONFIG_KEY].routes.baseline.name
+    callspec = getattr(item, "callspec", None)
+    other = baseline if error.route != baseline else (callspec.params.get("candidate") if callspec else None)
+    if other not in session.specs:
+        return None
+    from spec_route_suite.reports.repro_spec import error_repro
+    try:
+        return error_repro(request, candidate=session.handle(error.route), baseline=session.handle(other))
+    except Exception:  # noqa: BLE001 - a repro that cannot be worded must not hide the route error itself
+        return None
 
 
 class UsageErrors:
@@ -341,6 +402,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if workeroutput is not None:
         workeroutput[WORKER_STATE_KEY] = collector.worker_state.to_json()
         return
+    if collector.active and not session.config.option.collectonly and exitstatus != pytest.ExitCode.INTERRUPTED:
+        from spec_route_suite.class_phases import run_deferred_phases   # servers still up, now idle
+        run_deferred_phases(session.config.stash[CONFIG_KEY], collector, _log)
     _finish_servers(session.config, collector)
     usage = session.config.stash[USAGE_KEY].lines
     if usage:  # pytest's exit code for bad configuration, as if it had been found before any test

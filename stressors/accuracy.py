@@ -57,9 +57,11 @@ class Flip:
 
 
 def tally(label: str, workload: Workload, outputs: Iterable[tuple[str, str]]) -> Tally:
-    """Score (key, output text) pairs against each item's checkable answer."""
+    """Score (key, output text) pairs against each item's checkable answer (user prompts are not scored here)."""
     wrong, n = [], 0
     for key, text in outputs:
+        if not workload.get(key).checkable:
+            continue
         n += 1
         if not answer_correct(workload.get(key), text):
             wrong.append(key)
@@ -91,7 +93,7 @@ def flips(*, workload: Workload, serial: Mapping[str, Completion], outcomes: Ite
         if not outcome.ok or outcome.key not in serial:
             continue
         item = workload.get(outcome.key)
-        if not answer_correct(item, serial[outcome.key].text) or answer_correct(item, outcome.completion.text):
+        if not item.checkable or not answer_correct(item, serial[outcome.key].text) or answer_correct(item, outcome.completion.text):
             continue
         window = [o for o in outcomes if o.overlaps(outcome)]
         found.append(Flip(request_id=outcome.request_id, key=outcome.key, expected=item.answer,

@@ -10,6 +10,11 @@ and acceptance profiles are mixed: recall answers with random codes are hard for
 drafter, code and JSON completions are easy. Phrasings come from the embedded corpus, so
 the tiny target answers them correctly when run alone.
 
+With the user's prompts (`--prompts`), the task slots carry them instead of corpus tasks (`padding`,
+shape "user"): the canary conversations stay the mixing detector's instrument, and the user's prompts are
+the load around them. A user item has no canaries and no answer the load checks judge (its own task
+scorer runs in stressors/test_task_accuracy.py); its output under load must still equal its serial one.
+
 Sizing: every prompt must fit the routes' context (`max_prompt_tokens`), with any other
 conversation's question in its place too (mixing's context probes), whatever the tokenizer's
 efficiency. A conversation too long drops filler turns; when even none fit, the whole pool is
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
@@ -52,6 +57,8 @@ FILLERS = (
 )
 LENGTHS = {"short": (0, 1), "medium": (2, 4), "long": (5, 8)}
 TASK_SHAPES = ("math", "code", "json")
+USER_SHAPE = "user"
+USER_SHARE = 0.5   # of the pool, the user's prompts (when given) in the task slots
 MAX_PROMPT_TOKENS = 400  # when the routes' context is unknown
 TASK_DRAWS = 50  # task prompts drawn per item before a prompt room is declared too small for tasks
 _RESERVED = {w.lower() for w in (*corpus.NAMES, *corpus.CITIES, *corpus.COLOURS, *corpus.OBJECTS, *corpus.ANIMALS)}
@@ -71,6 +78,11 @@ class WorkItem:
     messages: tuple[tuple[str, str], ...] | None = None
     asked: str = ""
     chat: bool = False   # sent as a chat request (its messages; the server applies its template)
+
+    @property
+    def checkable(self) -> bool:
+        """Does `answer_correct` judge this item? Not a user prompt's (padding): its scorer needs the baseline."""
+        return self.shape != USER_SHAPE
 
     def request(self, *, max_tokens: int, request_id: str | None = None, **overrides) -> Request:
         fields = {"temperature": 0.0, **({"messages": self.messages} if self.chat else {}), **overrides}
@@ -125,6 +137,10 @@ class Workload:
 
     def chats(self) -> tuple[WorkItem, ...]:
         return tuple(item for item in self.items if item.chat)
+
+    def without(self, keys: set[str]) -> "Workload":
+        """The pool less the items `keys` (conversations a server renders too long for its context)."""
+        return replace(self, items=tuple(item for item in self.items if item.key not in keys))
 
     @property
     def cut(self) -> bool:
@@ -205,23 +221,27 @@ class _ConversationTooLong(Exception):
 
 
 def build_workload(tokenizer, *, size: int, seed: int = 0, task_share: float = 0.25,
-                   max_prompt_tokens: int = MAX_PROMPT_TOKENS, nonce: str = "", chat_share: float = 0.0) -> Workload:
+                   max_prompt_tokens: int = MAX_PROMPT_TOKENS, nonce: str = "", chat_share: float = 0.0,
+                   padding: Sequence[WorkItem] = ()) -> Workload:
     """`size` items: recall conversations of mixed lengths plus task prompts (math, code, json), each at most
     `max_prompt_tokens` long; the shared prefix shortens only as far as it must (WorkloadDoesNotFit past that).
     `chat_share` of the conversations (spread over every length) are chat items: multi-turn sessions sharing the
-    prefix, sent as messages so the server's chat template builds their prompt."""
+    prefix, sent as messages so the server's chat template builds their prompt. `padding` (the user's prompts,
+    already sized) takes the task slots first, USER_SHARE of the pool, each prompt once."""
     shortest = max_prompt_tokens + 1
+    if padding:
+        task_share = max(task_share, USER_SHARE)
     for turns in range(len(SHARED_TURNS), -1, -1):
         try:
             return _build(tokenizer, size=size, seed=seed, task_share=task_share, room=max_prompt_tokens,
-                          nonce=nonce, shared_turns=turns, chat_share=chat_share)
+                          nonce=nonce, shared_turns=turns, chat_share=chat_share, padding=padding)
         except _ConversationTooLong as exc:
             shortest = exc.tokens
     raise WorkloadDoesNotFit(needed=shortest, room=max_prompt_tokens)
 
 
 def _build(tokenizer, *, size: int, seed: int, task_share: float, room: int, nonce: str,
-           shared_turns: int, chat_share: float = 0.0) -> Workload:
+           shared_turns: int, chat_share: float = 0.0, padding: Sequence[WorkItem] = ()) -> Workload:
     rng = random.Random(f"canary-workload-{seed}")
     to_ids = renderer(tokenizer)
     probe_question = longest_question(tokenizer)
@@ -252,6 +272,9 @@ def _build(tokenizer, *, size: int, seed: int, task_share: float, room: int, non
             items.append(WorkItem(key=f"{index:03d}-{'chat' if chat else 'recall'}-{asked}-{length}", shape="recall",
                                   length=length, prompt_text=render(tokenizer, messages), prompt_ids=ids,
                                   answer=answer, canaries=canaries, messages=tuple(messages), asked=asked, chat=chat))
+        elif index - (size - n_tasks) < len(padding):
+            user = padding[index - (size - n_tasks)]
+            items.append(replace(user, key=f"{index:03d}-{USER_SHAPE}-{user.key}", shape=USER_SHAPE, length=USER_SHAPE))
         else:
             shape = TASK_SHAPES[index % len(TASK_SHAPES)]
             sample, ids = _task_prompt(tokenizer, shape, rng, room)
@@ -325,6 +348,22 @@ def answer_correct(item: WorkItem, text: str) -> bool:
         match = re.search(r"The answer is (-?\d+)", text)
         return match is not None and match.group(1) == item.answer
     return text.strip().startswith(item.answer.strip())
+
+
+def canary_question(item: WorkItem, value: str) -> str | None:
+    """The question whose answer states `value`, for the conversation that states it (None if it states none).
+
+    Why: asked inside *another* conversation, it shows whether that conversation's own context makes the
+    model say `value` too (a favourite guess), in which case `value` in its output names no source."""
+    for role, text in item.messages or ():
+        for kind in CANARY_KINDS:
+            statement, question = FACTS[kind][1], FACTS[kind][3]
+            pattern = re.escape(statement).replace(re.escape("{0}"), "(?P<subject>.+?)").replace(
+                re.escape("{1}"), re.escape(value))
+            found = re.fullmatch(pattern, text) if role == "user" else None
+            if found:
+                return question.format(found.groupdict().get("subject"), value)
+    return None
 
 
 def canary_owners(workload: Workload) -> Mapping[str, str]:

@@ -1,5 +1,7 @@
 """Fixtures of the stressor modules: the load budget, the canary workload and its serial greedy references.
 
+With the user's prompts (`--prompts`) the task slots of the pool carry them (stressors/canary.py `padding`):
+the canary conversations stay the mixing detector's instrument, the user's prompts are the load around them.
 The workload is sized into the pair's context (fixtures/prompts/fit.py): every prompt plus
 the stressors' max_tokens fits both routes; a context too small for the shortest canary
 conversation ends the run as a configuration error (exit 4) naming the route.
@@ -7,15 +9,21 @@ Half of the conversations are chat items when both routes declare chat: sent as 
 HTTP route the server's chat template builds them (the path of the motivating report).
 The references are the candidate's own outputs with one request at a time: every
 concurrent run must reproduce them token for token. They are computed once per worker
-and candidate (RouteHandle memoises greedy requests).
+and candidate (RouteHandle memoises greedy requests). `stress_control` is the baseline's side of each
+stressor: its own serial references, so the same load can be run on it (stressors/control.py).
 """
 from __future__ import annotations
+
+import random
 
 import pytest
 
 from spec_route_suite.fixtures.prompts.chat import chat_request
 from spec_route_suite.fixtures.routes.errors import CapabilityMissing, RouteError
-from spec_route_suite.stressors.canary import MAX_PROMPT_TOKENS, WorkloadDoesNotFit, build_workload, serial_references
+from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
+from spec_route_suite.stressors.canary import (MAX_PROMPT_TOKENS, WorkItem, WorkloadDoesNotFit, build_workload,
+                                               serial_references)
+from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for
 
 CHAT_SHARE = 0.5   # of the canary conversations, sent as chat requests (multi-turn sessions, shared prefix)
@@ -60,6 +68,20 @@ def sized_workload(tokenizer, context_fit, stress_prompt_tokens, stress_max_toke
 
 
 @pytest.fixture(scope="session")
+def stress_padding(suite_config, fitted_prompts, stress_max_tokens) -> tuple[WorkItem, ...]:
+    """The user's prompts as load items (none with our fixture prompts), sized for the stressors' max_tokens,
+    in a seeded order so every pool size takes a varied sample of the classes."""
+    prompts = prompt_set(suite_config)
+    if not prompts.user:
+        return ()
+    records = list(prompts.records)
+    random.Random(f"padding-{suite_config.seed}").shuffle(records)
+    return tuple(WorkItem(key=r.id, shape="user", length="user", prompt_text=r.text,
+                          prompt_ids=fitted_prompts.ids(r, stress_max_tokens), answer=r.answer or "")
+                 for r in records)
+
+
+@pytest.fixture(scope="session")
 def stress_chat(baseline, candidate, tokenizer, report_note) -> bool:
     """Do both routes serve chat? Declared, and answered by one one-token chat request each (a server may lack
     the endpoint its adapter assumes; a broken chat answer is the chat checks' finding, not the stressors')."""
@@ -78,12 +100,43 @@ def stress_chat(baseline, candidate, tokenizer, report_note) -> bool:
 
 
 @pytest.fixture(scope="session")
-def stress_workload(sized_workload, stress_budget, suite_config, stress_chat):
-    """The canary pool; a share of its conversations are chat items when both routes serve chat."""
-    return sized_workload(size=stress_budget.pool, seed=suite_config.seed,
-                          chat_share=CHAT_SHARE if stress_chat else 0.0)
+def stress_workload(sized_workload, stress_budget, suite_config, stress_chat, baseline, candidate, context_fit,
+                    stress_max_tokens, report_note, stress_padding):
+    """The canary pool; a share of its conversations are chat items when both routes serve chat. A chat item
+    either server renders too long for the context (its template is longer than ours) is left out, noted."""
+    workload = sized_workload(size=stress_budget.pool, seed=suite_config.seed,
+                              chat_share=CHAT_SHARE if stress_chat else 0.0, padding=stress_padding)
+    too_long: dict[str, str] = {}
+    for item in workload.chats():
+        req = item.request(max_tokens=stress_max_tokens, request_id=f"len-{item.key}")
+        for handle in (baseline, candidate):
+            rendered = handle.prompt_tokens(req)
+            if rendered is not None and not context_fit.fits(rendered, stress_max_tokens):
+                too_long[item.key] = f"{rendered} tokens on '{handle.name}'"
+                break
+    if too_long:
+        report_note(f"stressors: {len(too_long)} chat conversation(s) left out for '{candidate.name}': the servers "
+                    f"render them longer than {context_fit.describe()} holds with {stress_max_tokens} new tokens "
+                    f"(e.g. {next(iter(too_long))}: {next(iter(too_long.values()))})")
+        workload = workload.without(set(too_long))
+    return workload
 
 
 @pytest.fixture(scope="session")
 def stress_references(candidate, stress_workload, stress_max_tokens):
     return serial_references(candidate.generate, stress_workload, max_tokens=stress_max_tokens)
+
+
+@pytest.fixture(scope="session")
+def stress_baseline_references(baseline, stress_workload, stress_max_tokens):
+    """The baseline's own serial outputs of the workload, or None when it serialises requests (no load control)."""
+    if not baseline.capabilities.concurrency:
+        return None
+    return serial_references(baseline.generate, stress_workload, max_tokens=stress_max_tokens)
+
+
+@pytest.fixture
+def stress_control(baseline, stress_baseline_references, suite_config):
+    """One stressor's baseline side (stressors/control.py): the same load, judged against the baseline's own
+    serial outputs."""
+    return LoadControl(baseline, stress_baseline_references, alpha=suite_config.alpha)

@@ -1,14 +1,18 @@
 """Did a stressor really stress? The concurrency a load run reached at the engine, for the coverage table.
 
 Cross-request bugs need requests that share engine steps. A client can keep 32 requests open
-against a route that serves one at a time (the in-process transformers route holds a lock), so
-the driver's own in-flight count proves nothing. Three witnesses, strongest first:
-- the engine's own gauge: the most requests it served in one step (an optional route method
-  `engine_batch_peak(reset)`; the reference engine and the hf route have it);
-- whether the route batches at all (capability `concurrency`);
+against a route that serves one at a time (the in-process transformers route holds a lock, a gateway
+may serialise, a llama.cpp server may have one slot), so the driver's own in-flight count proves
+nothing. The witnesses:
+- the engine's own gauge: the most requests it served together (an optional route method
+  `engine_batch_peak(reset)`: the reference engine's and the hf route's step counts, a llama.cpp
+  server's busy slots, vLLM's num_requests_running, sampled during the load);
+- whether the route batches at all (capability `concurrency`) and how many requests its server says
+  it runs at once (its slots);
 - the measured overlap of request lifetimes in the load driver (requests really open together).
-A stressor is "verified" only when the route batches and two or more requests were in flight
-together (and the engine's gauge, where it has one, saw two or more in one step).
+A stressor is "verified" only when the route batches, has more than one slot, two or more requests
+were in flight together, and the engine's own gauge saw two or more together. Without a gauge the
+client-side overlap is all there is: "not proven".
 Environment: none.
 """
 from __future__ import annotations
@@ -53,18 +57,32 @@ class LoadWitness:
         batches = bool(self.handle.capabilities.concurrency)
         overlap = lifetime_overlap(self.runs)
         peak = self.engine_peak()
+        slots = self._slots()
         ran = {"load runs": len(self.runs), "requests": sum(len(r.outcomes) for r in self.runs)}
         seen = (f"max {overlap} requests open together at the client"
-                + (f", max {peak} in one engine step (engine gauge)" if peak is not None else
-                   ", engine exposes no batch gauge"))
+                + (f", max {peak} together by the engine's own gauge" if peak is not None else
+                   ", engine exposes no gauge of requests served together"))
         if not batches:
             return False, (f"the route serialises requests (capability concurrency=False): no two requests ever "
                            f"share an engine step ({seen})"), ran
+        if slots == 1:
+            return False, f"serialises: the server states it runs one request at a time (1 slot; {seen})", ran
         if overlap < 2:
             return False, f"overlap never reached: {seen}", ran
-        if peak is not None and peak < 2:
-            return False, f"the engine never served two requests in one step: {seen}", ran
+        if peak is None:
+            return False, (f"not proven: {seen}; requests open together at the client may still be served one at "
+                           f"a time"), ran
+        if peak < 2:
+            return False, f"the engine never served two requests together: {seen}", ran
         return True, seen, ran
+
+    def _slots(self) -> int | None:
+        """How many requests the route's server says it runs at once (llama.cpp -np), None when it does not say."""
+        try:
+            slots = (self.handle.inventory().extra or {}).get("slots")
+        except Exception:  # noqa: BLE001 - an inventory that fails says nothing about slots
+            return None
+        return slots if isinstance(slots, int) and not isinstance(slots, bool) else None
 
     def cover(self, findings, check: str, *, could_detect: str, counts: dict | None = None) -> bool:
         """Record the coverage row; `counts` adds the stressor's own tallies to what ran."""

@@ -288,6 +288,7 @@ class Budget:
     abort_wave: int
     prefix_variants: int
     source: str
+    pressure_requests: int = 0   # the KV-pressure stressor's requests (short prompts, long answers)
 
     def batch(self, level: int) -> int:
         return max(2, min(level, self.batch_cap))
@@ -298,9 +299,9 @@ class Budget:
 
 
 BATCHED_DEFAULT = dict(mixing_requests=640, pool=96, needle_batches=6, batch_cap=64, identical_requests=64,
-                       seeds=4, abort_wave=48, prefix_variants=12)
+                       seeds=4, abort_wave=48, prefix_variants=12, pressure_requests=192)
 SERIAL_DEFAULT = dict(mixing_requests=24, pool=12, needle_batches=3, batch_cap=4, identical_requests=8,
-                      seeds=2, abort_wave=8, prefix_variants=4)
+                      seeds=2, abort_wave=8, prefix_variants=4, pressure_requests=8)
 
 
 def budget_for(*, batched: bool, levels: Sequence[int], stress_requests: int | None) -> Budget:
@@ -321,7 +322,8 @@ def budget_for(*, batched: bool, levels: Sequence[int], stress_requests: int | N
     return Budget(levels=loaded, mixing_requests=n, pool=min(96, max(8, n // 5)), needle_batches=max(2, n // 80),
                   batch_cap=BATCHED_DEFAULT["batch_cap"] if batched else SERIAL_DEFAULT["batch_cap"],
                   identical_requests=max(8, n // 8), seeds=max(2, n // 120), abort_wave=max(8, n // 10),
-                  prefix_variants=max(4, min(24, n // 40)), source=f"--stress-requests {n}")
+                  prefix_variants=max(4, min(24, n // 40)), pressure_requests=max(32, n // 2),
+                  source=f"--stress-requests {n}")
 
 
 # ---------------------------------------------------------------- sync entry and failure reporting
@@ -360,7 +362,8 @@ def failure_title(run: LoadRun, *, what: str) -> str:
             f"first {first.request_id} at +{first.ended_s:.1f}s ({clock}): {first.error_kind}")
 
 
-def failure_finding(run: LoadRun, *, check: str, route: str, what: str) -> Finding:
-    """Failed requests of a load run as one error finding: which failed first, when, and how."""
+def failure_finding(run: LoadRun, *, check: str, route: str, what: str, repro: dict | None = None) -> Finding:
+    """Failed requests of a load run as one error finding: which failed first, when, and how (`repro`: the
+    window of the first failure, stressors/windows.py)."""
     return Finding(check=check, severity="error", route=route, title=failure_title(run, what=what),
-                   details=failure_details(run))
+                   details={**failure_details(run), **({"repro": repro} if repro else {})})

@@ -3,7 +3,9 @@
 Why: a wrong answer under load is only actionable when we can say which request leaked
 into which. Evidence, strongest first:
 1. foreign canary: the output states a fact that only another conversation contains (and
-   that the route never says elsewhere on its own: a favourite hallucination is no canary);
+   that the route never says elsewhere on its own: a favourite hallucination is no canary;
+   `probe_contexts` also asks the victim's own conversation for that fact, and a value it
+   guesses there names no source);
 2. foreign answer: the output is another request's serial reference token for token, or
    closer to it than to its own, similar (at most half its tokens edited) and explaining
    it (at least half of the output's tokens that its own reference lacks occur in the
@@ -15,7 +17,10 @@ into which. Evidence, strongest first:
    message asked alone inside an in-flight neighbour's conversation reproduces the output
    token for token. This is the reported symptom, and it names the source even when the answer
    is a hallucination carrying no canary; it replaces a foreign answer that is inexact,
-   has more equally good candidates, or comes from a request that was not in flight.
+   has more equally good candidates, or comes from a request that was not in flight. An
+   output made only of its own answer's tokens (a truncated "Your lucky number is 8." for
+   885) is not probed: it is what a garbled step gives, and another conversation's guess
+   can equal it by chance.
 What is left is "unattributed" (batch variance or a numerical divergence: the
 batch-invariance check owns those). Attributions aggregate into a contamination matrix,
 source -> victim; each names the source's requests that were in flight with the victim (a
@@ -38,7 +43,7 @@ from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
 from spec_route_suite.fixtures.routes.textlevel import same_output
-from spec_route_suite.stressors.canary import Workload, canary_owners, mentions
+from spec_route_suite.stressors.canary import Workload, canary_owners, canary_question, mentions
 from spec_route_suite.stressors.driver import Outcome
 
 FOREIGN_CANARY = "foreign-canary"
@@ -65,6 +70,8 @@ class Attribution:
     output_text: str
     reference_text: str
     alternatives: tuple[str, ...] = ()  # other sources the evidence fits equally well
+    canary: str | None = None  # the foreign fact stated (FOREIGN_CANARY)
+    foreign_tokens: int | None = None  # output tokens outside its alignment with its own reference
 
     @property
     def attributed(self) -> bool:
@@ -72,8 +79,9 @@ class Attribution:
 
     def line(self) -> str:
         if not self.attributed:
+            why = self.evidence or "no other request's content found"
             return (f"{self.victim_request}: differs from its serial reference (edit distance {self.own_distance}), "
-                    f"no other request's content found: got {self.output_text[:80]!r}, "
+                    f"{why}: got {self.output_text[:80]!r}, "
                     f"expected {self.reference_text[:80]!r}")
         flight = (f"source in flight: {', '.join(self.source_requests_in_flight[:3])}"
                   if self.source_requests_in_flight else "source NOT in flight (stale state?)")
@@ -192,12 +200,13 @@ def attribute(*, victim_request: str, victim_key: str, output: Completion, workl
     foreign = [(value, owner) for value, owner in owners.items()
                if owner != victim_key and value not in victim.prompt_text and value not in own.text
                and mentions(output.text, value)]
+    foreign_part = unexplained(output.token_ids, own.token_ids)
     base = dict(victim_request=victim_request, victim_key=victim_key, own_distance=own_distance,
-                output_text=output.text, reference_text=own.text)
+                output_text=output.text, reference_text=own.text, foreign_tokens=len(foreign_part))
     if foreign:
         foreign.sort(key=lambda vo: (vo[1] not in in_flight, vo[1]))
         value, owner = foreign[0]
-        return Attribution(method=FOREIGN_CANARY, source_key=owner, source_distance=None,
+        return Attribution(method=FOREIGN_CANARY, source_key=owner, source_distance=None, canary=value,
                            evidence=f"states {value!r}, a fact only {owner} contains",
                            source_requests_in_flight=tuple(in_flight.get(owner, ())), **base)
     others = [k for k in references if k != victim_key and references[k].token_ids != own.token_ids]
@@ -205,8 +214,6 @@ def attribute(*, victim_request: str, victim_key: str, output: Completion, workl
         distances = dict(zip(others, (int(d) for d in edit_distances(output.token_ids,
                                                                       [references[k].token_ids for k in others]))))
         far_from_own = own_distance > SIMILAR * max(len(output.token_ids), len(own.token_ids), 1)
-
-        foreign_part = unexplained(output.token_ids, own.token_ids)
         # A source whose answer states a fact of its own (a canary) leaked only if that fact is in the
         # output (then it is a foreign canary, above): closeness alone is a shared template there, e.g.
         # a garbled "Your locker code is B1-33." is near every locker-code answer but leaked from none.
@@ -254,13 +261,34 @@ def detect(*, workload: Workload, references: Mapping[str, Completion], outcomes
     return MixingReport(checked=checked, mismatches=tuple(mismatches), truncated=truncated)
 
 
+def asked_in(context, question: tuple[str, str], *, chat: bool, request_id: str,
+             render: Callable[[Sequence[tuple[str, str]]], TokenIds], max_tokens: int) -> Request:
+    """`question` asked in `context`'s conversation instead of its own last user message; a chat victim is
+    probed as a chat request, through the same template path its answer took."""
+    messages = tuple(context.messages[:-1]) + (question,)
+    return Request(prompt_ids=tuple(render(messages)), max_tokens=max_tokens, temperature=0.0,
+                   request_id=request_id, messages=messages if chat else None)
+
+
 def context_probe_request(*, victim, neighbour, render: Callable[[Sequence[tuple[str, str]]], TokenIds],
                           max_tokens: int) -> Request:
-    """The victim's last user message asked in the neighbour's conversation (the neighbour's own question dropped);
-    a chat victim is probed as a chat request, through the same template path its answer took."""
-    messages = tuple(neighbour.messages[:-1]) + (victim.messages[-1],)
-    return Request(prompt_ids=tuple(render(messages)), max_tokens=max_tokens, temperature=0.0,
-                   request_id=f"probe-{victim.key}-in-{neighbour.key}", messages=messages if victim.chat else None)
+    """The victim's last user message asked in the neighbour's conversation (the neighbour's own question dropped)."""
+    return asked_in(neighbour, victim.messages[-1], chat=victim.chat, request_id=f"probe-{victim.key}-in-{neighbour.key}",
+                    render=render, max_tokens=max_tokens)
+
+
+def guessed_at_home(att: Attribution, *, workload: Workload, generate: Callable[[Request], Completion],
+                    render: Callable[[Sequence[tuple[str, str]]], TokenIds], max_tokens: int) -> bool | None:
+    """Does the victim's own conversation, asked for the foreign canary's fact, answer with that very value?
+    Then the value is a guess the model makes there (a KV garble that switched the answer's template reaches
+    it with no other request involved), and it names no source. None: no such question to ask."""
+    question = canary_question(workload.get(att.source_key), att.canary) if att.canary else None
+    if question is None:
+        return None
+    victim = workload.get(att.victim_key)
+    answer = generate(asked_in(victim, ("user", question), chat=victim.chat, render=render, max_tokens=max_tokens,
+                               request_id=f"probe-{victim.key}-own-{att.canary}"))
+    return mentions(answer.text, att.canary)
 
 
 def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequence[Outcome],
@@ -273,15 +301,29 @@ def probe_contexts(report: MixingReport, *, workload: Workload, outcomes: Sequen
     a garbled step looks too). It applies to every chat mismatch without a foreign canary and replaces a
     foreign answer that is inexact, has more equally good candidates, or whose source was not even in flight
     (a coincidence is likelier than stale state); equal evidence keeps both sources, context first.
+    A foreign canary is first checked against the victim's own conversation (`guessed_at_home`: a value it
+    guesses there is no evidence), and an output made only of its own answer's tokens is not probed.
     """
     by_id = {o.request_id: o for o in outcomes}
     spent = 0
     out = []
     for att in report.mismatches:
         victim = workload.get(att.victim_key)
-        settled = att.method == FOREIGN_CANARY and bool(att.source_requests_in_flight)
-        if settled or victim.messages is None or spent >= max_probes:
+        if victim.messages is None or spent >= max_probes:
             out.append(att)
+            continue
+        if att.method == FOREIGN_CANARY:
+            guessed = guessed_at_home(att, workload=workload, generate=generate, render=render, max_tokens=max_tokens)
+            spent += guessed is not None
+            if guessed:
+                att = replace(att, method=UNATTRIBUTED, source_key=None, alternatives=(), source_distance=None,
+                              source_requests_in_flight=(), evidence=f"states {att.canary!r}, {att.source_key}'s fact, "
+                              "but its own conversation says that value too when asked for it (a guess, no source)")
+            elif att.source_requests_in_flight:
+                out.append(att)
+                continue
+        if att.foreign_tokens == 0:
+            out.append(att)  # only its own answer's tokens (truncated or garbled): any context's guess may equal it
             continue
         got = by_id[att.victim_request]
         window = [o for o in outcomes if o.overlaps(got) and o.request_id != got.request_id]

@@ -18,11 +18,29 @@ from urllib.parse import urlencode
 from spec_route_suite.fixtures.prompts.chat import as_openai
 from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.spec import HTTP_KINDS, RouteSpec
-from spec_route_suite.reports.repro import WIRE_HELPERS
 from spec_route_suite.stressors.canary import Workload
 from spec_route_suite.stressors.schedules import Schedule
 
 WireBuilder = Callable[[Request], "tuple[str, dict] | None"]
+
+# The replay script resends a wire request verbatim and reads its answer, whatever the engine's dialect. Plain
+# source, passed as a format argument (its braces stay as written).
+WIRE_HELPERS = '''def rebased(url):
+    """The suite's URL on REPRO_BASE_URL's server, when that is set."""
+    return BASE_URL + url[len(SUITE_BASE_URL):] if url.startswith(SUITE_BASE_URL) else url
+
+
+def answer(body):
+    """(token ids or None, text) from an OpenAI-style completion or chat answer, SGLang's or llama.cpp's /completion."""
+    if isinstance(body, list):
+        body = body[0]
+    choice = (body.get("choices") or [body])[0]
+    ids = next((place[key] for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"),
+                                              (body, "output_ids")) if isinstance(place.get(key), list)), None)
+    message = choice.get("message") or {}   # a chat answer
+    text = choice.get("text", message.get("content", choice.get("content", body.get("text", ""))))
+    return ids, text
+'''
 
 def route_uri(spec: RouteSpec) -> str:
     """A URI that rebuilds an in-process route (the spec's own source when it was given as one)."""

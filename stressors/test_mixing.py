@@ -17,6 +17,9 @@ batch, and comparing with it says nothing about who leaked into whom. A server w
 ids is judged on its text (fixtures/routes/textlevel.py); the findings say so. When both routes declare
 chat, half of the canary conversations are chat items (stressors/conftest.py): multi-turn sessions sharing
 the long prefix, sent as messages so an HTTP server's chat template builds them, and attributed alike.
+The same load runs on the baseline (stressors/control.py), attributed against its own serial references: a
+contamination or an unattributed mismatch rate it shows too is an engine note, and the candidate is charged
+only with its excess (a foreign canary stays a foreign canary; it is the rate that is compared).
 """
 from __future__ import annotations
 
@@ -26,12 +29,14 @@ import pytest
 
 from spec_route_suite.fixtures.routes.textlevel import is_text_level, level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
-from spec_route_suite.reports.repro import repro_block
+from spec_route_suite.reports.repro_spec import load_repro, parity_repro
 from spec_route_suite.stressors.canary import mean_latency, renderer
+from spec_route_suite.stressors.control import NO_LOAD_CONTROL, Count, record
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.driver import drive_handle, failure_finding, mixed_load, round_robin
 from spec_route_suite.stressors.mixing import detect, merge, probe_contexts, untrusted_references
 from spec_route_suite.stressors.replay import replay_script
+from spec_route_suite.stressors.windows import LoadRuns
 from spec_route_suite.stressors.schedules import Schedule, shrink, window_schedule
 from spec_route_suite.stressors.suspicious import early_stops
 
@@ -48,7 +53,7 @@ def outcome_of(runs, request_id: str):
 
 
 def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, stress_workload, stress_references,
-                                 stress_max_tokens, suite_config, near_tie_policy, findings):
+                                 stress_max_tokens, suite_config, near_tie_policy, stress_control, findings):
     budget, workload, refs = stress_budget, stress_workload, stress_references
     text_level = is_text_level(*refs.values())
     comparison, suffix = level_details(text_level), title_suffix(text_level=text_level)
@@ -58,33 +63,41 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
     latency = mean_latency(refs)
     before = candidate.acceptance()
     witness = LoadWitness(candidate)
-    runs, reports = [], []
+    windows = LoadRuns(candidate=candidate, baseline=baseline)
+    runs, reports, controls = [], [], []
     for level in budget.levels:
         keys = round_robin(workload.keys, budget.mixing_requests, rng=rng)
         subs = mixed_load([(k, workload.get(k).request(max_tokens=stress_max_tokens)) for k in keys], level=level,
                           rng=rng, mean_latency_s=latency, tag=f"mix-c{level}")
-        run = witness.add(drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency))
+        run = windows.add(witness.add(drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency)), subs)
         runs.append(run)
-        report = detect(workload=workload, references=refs, outcomes=run.outcomes)
-        reports.append(probe_contexts(report, workload=workload, outcomes=run.outcomes, generate=candidate.generate,
-                                      render=renderer(tokenizer), max_tokens=stress_max_tokens))
+        reports.append(_attributed(candidate, run, workload, refs, tokenizer, stress_max_tokens))
+        control = stress_control.run(subs, concurrency=level, mean_latency_s=latency)
+        if control is not None:
+            controls.append(_attributed(baseline, control, workload, stress_control.references, tokenizer,
+                                        stress_max_tokens))
         if run.failed:
-            findings.add(failure_finding(run, check="mixing", route=candidate.name, what="mixing load"))
+            findings.add(failure_finding(run, check="mixing", route=candidate.name, what="mixing load",
+                                         repro=windows.failed(run)))
     after = candidate.acceptance()
     sent = sum(len(r.outcomes) for r in runs)
     chats = sum(workload.get(o.key).chat for r in runs for o in r.outcomes)
     chat_note = (f"; {chats} of them chat requests through the route's chat template" if chats else
                  "; no chat requests (a route lacks chat: the chat template path is not verified under load)")
+    theirs = merge(controls) if stress_control.available else None
+    control_note = (f"; baseline under the same load: {len(theirs.contaminated)} of {theirs.checked} contaminated"
+                    if theirs else f"; {NO_LOAD_CONTROL}")
     witness.cover(findings, "mixing", counts={"chat requests": chats},
                   could_detect=f"another request's context in an answer: a 1% per-request mixing rate shows in "
-                               f"{sent} requests with P={1 - 0.99 ** sent:.2f}{chat_note}")
+                               f"{sent} requests with P={1 - 0.99 ** sent:.2f}{chat_note}{control_note}")
     stopped = [line for run in runs for line in early_stops(run.outcomes, refs)]
     if stopped:
         findings.add(Finding(
             check="mixing", severity="bug", route=candidate.name,
             title=(f"{len(stopped)} answers under load stopped after at most one token where the serial run was "
                    f"long (the vllm#50021 pattern: HTTP 200, one empty token, finish_reason 'stop')"),
-            details={"examples": stopped[:20], "max_tokens": stress_max_tokens}))
+            details={"examples": stopped[:20], "max_tokens": stress_max_tokens,
+                     "repro": windows.repro(stopped[0].split(":")[0])}))
     total = merge(reports)
     distrusted = untrusted_references(baseline=baseline.generate, candidate=candidate.generate, workload=workload,
                                       references=refs, keys={a.victim_key for a in total.mismatches},
@@ -95,39 +108,58 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
             title=(f"{len(distrusted)} serial greedy references of the candidate differ from the AR baseline and "
                    f"do not reproduce serially (other traffic shares its batches?); their mismatches under load "
                    f"are not attributed to mixing"),
-            details={"prompts": sorted(distrusted), "max_tokens": stress_max_tokens}))
+            details={"prompts": sorted(distrusted), "max_tokens": stress_max_tokens,
+                     "repro": parity_repro([workload.get(k).request(max_tokens=stress_max_tokens)
+                                            for k in sorted(distrusted)[:3]], candidate=candidate, baseline=baseline,
+                                           attempts=3)}))
         total = total.excluding_victims(distrusted)
     per_level = ", ".join(f"c={run.concurrency}: {len(rep.contaminated)} of {rep.checked}"
                           for run, rep in zip(runs, reports))
+    where = f"at c={','.join(str(r.concurrency) for r in runs)}"
+    contamination = stress_control.compare(
+        what="answered in another request's context", candidate=Count(len(total.contaminated), total.checked),
+        baseline=Count(len(theirs.contaminated), theirs.checked) if theirs else None, where=where)
+    unattributed = stress_control.compare(
+        what="differ from their serial reference with no identifiable source",
+        candidate=Count(len(total.unattributed), total.checked),
+        baseline=Count(len(theirs.unattributed), theirs.checked) if theirs else None, where=where)
+    judge_contamination = record(findings, contamination, check="mixing", control=stress_control,
+                                 candidate=candidate, examples=[a.line() for a in theirs.contaminated] if theirs else [])
+    judge_unattributed = record(findings, unattributed, check="mixing", control=stress_control, candidate=candidate,
+                                examples=[a.line() for a in theirs.unattributed] if theirs else [])
     acceptance = (after.minus(before).mean_acceptance_length if after is not None and before is not None else None)
     details = {"budget": budget.describe(), "requests_checked": total.checked, "per_level": per_level,
                "pool": len(workload.items), "max_tokens": stress_max_tokens,
                "runs": [r.describe() for r in runs], "serial_mean_latency_s": round(latency, 4),
-               "mean_acceptance_length_under_load": acceptance, **comparison}
+               "mean_acceptance_length_under_load": acceptance, **comparison,
+               "load_control": {"contamination": contamination.as_details(), "unattributed": unattributed.as_details()}}
     findings.add(Finding(check="mixing", severity="info", route=candidate.name, details=details,
                          title=f"mixing: {total.checked} outputs checked against serial references ({per_level}); "
-                               f"{len(total.contaminated)} contaminated; budget: {budget.describe()}{suffix}"))
+                               f"{len(total.contaminated)} contaminated; {contamination.control_text()}; "
+                               f"budget: {budget.describe()}{suffix}"))
     unexplained = []
-    for att in total.unattributed[:MAX_CLASSIFIED]:
+    for att in (total.unattributed if judge_unattributed else ())[:MAX_CLASSIFIED]:
         severity, why = near_tie_policy.judge(baseline=baseline, tokenizer=tokenizer,
                                               prompt_ids=workload.get(att.victim_key).prompt_ids,
                                               expected=refs[att.victim_key],
                                               got=outcome_of(runs, att.victim_request), max_tokens=stress_max_tokens)
-        unexplained.append((severity, f"{att.line()}; {why}"))
-    ties = [line for severity, line in unexplained if severity == "near-tie"]
-    bugs = [line for severity, line in unexplained if severity == "bug"]
+        unexplained.append((severity, f"{att.line()}; {why}", att.victim_request))
+    ties = [line for severity, line, _ in unexplained if severity == "near-tie"]
+    bugs = [line for severity, line, _ in unexplained if severity == "bug"]
+    first_of = {severity: victim for severity, _, victim in reversed(unexplained)}
     if ties:
         findings.add(Finding(
             check="mixing", severity="near-tie", route=candidate.name,
             title=f"{len(ties)} outputs under load differ from their serial reference at a numerical near-tie "
-                  f"(batch variance, no foreign content){suffix}", details={"examples": ties[:10], **details}))
+                  f"(batch variance, no foreign content){suffix}",
+            details={"examples": ties[:10], **details, "repro": windows.repro(first_of.get("near-tie", ""))}))
     if bugs:
         findings.add(Finding(
             check="mixing", severity="bug", route=candidate.name,
             title=f"{len(bugs)} outputs under load differ from their serial reference beyond a near-tie, with no "
-                  f"identifiable source (corrupted batch state?){suffix}: {bugs[0][:200]}",
-            details={"examples": bugs[:10], **details}))
-    if not total.contaminated:
+                  f"identifiable source (corrupted batch state?; {unattributed.sentence()}){suffix}: {bugs[0][:200]}",
+            details={"examples": bugs[:10], **details, "repro": windows.repro(first_of.get("bug", ""))}))
+    if not total.contaminated or not judge_contamination:
         if stopped:
             pytest.fail(f"candidate '{candidate.name}': {len(stopped)} answers under load stopped early:\n"
                         + "\n".join(stopped[:5]), pytrace=False)
@@ -145,7 +177,8 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                                                  latency, attempts=FIRST_REPEATS if s == window else SHRINK_REPEATS),
                     max_evaluations=SHRINK_EVALUATIONS, deadline_s=SHRINK_SECONDS)
     title = (f"cross-request mixing: {len(total.contaminated)} of {total.checked} outputs answered in another "
-             f"request's context ({per_level}); e.g. {first.victim_key} got {first.source_key}'s content{suffix}")
+             f"request's context ({per_level}; {contamination.control_text()}); e.g. {first.victim_key} got "
+             f"{first.source_key}'s content{suffix}")
     repro_subs = shrunk.schedule.submissions(workload, max_tokens=stress_max_tokens, tag="repro")
     script = replay_script(title=title, schedule=shrunk.schedule, workload=workload, references=refs,
                            spec=candidate.spec, max_tokens=stress_max_tokens, wire=candidate.wire_request)
@@ -159,14 +192,20 @@ def test_no_cross_request_mixing(candidate, baseline, tokenizer, stress_budget, 
                  "schedule": shrunk.schedule.to_json(), "schedule_text": shrunk.schedule.describe(workload),
                  "shrink": shrunk.describe(),
                  "replay": {"filename": f"replay_mixing_{candidate.name}.py", "script": script},
-                 "repro": repro_block(requests=[sub.request for sub in repro_subs],
-                                      expected=[refs[sub.key].token_ids for sub in repro_subs], actual=None,
-                                      wire=[candidate.wire_request(sub.request) for sub in repro_subs],
-                                      expected_text=[refs[sub.key].text for sub in repro_subs],
-                                      concurrency=shrunk.schedule.concurrency,
-                                      note="one pass of the schedule; details.replay loops it with its arrival gaps")}))
+                 "repro": load_repro([(sub.request, step.gap_ms, step.abort_ms)
+                                      for sub, step in zip(repro_subs, shrunk.schedule.steps)],
+                                     candidate=candidate, baseline=baseline, concurrency=shrunk.schedule.concurrency,
+                                     note=f"the shrunk schedule: {shrunk.describe()}")}))
     pytest.fail(f"candidate '{candidate.name}' mixed requests under load: {title}\n"
                 f"{total.matrix_text()}\nfirst: {first.line()}\nrepro schedule: {shrunk.describe()}", pytrace=False)
+
+
+def _attributed(route, run, workload, references, tokenizer, max_tokens: int):
+    """One load run's mismatches against `route`'s own serial references, each attributed (context probes on
+    `route` itself): the candidate's, and the same for its load control on the baseline."""
+    report = detect(workload=workload, references=references, outcomes=run.outcomes)
+    return probe_contexts(report, workload=workload, outcomes=run.outcomes, generate=route.generate,
+                          render=renderer(tokenizer), max_tokens=max_tokens)
 
 
 def reproduces(candidate, workload, refs, schedule: Schedule, victim_key: str, max_tokens: int,

@@ -31,7 +31,8 @@ FAULTS = {
     "http500", "http400", "long_error", "echo_auth", "bad_json", "no_choices", "no_token_ids", "hang",
     "close_mid_body", "stream_no_done", "stream_cut", "stream_two_finish", "stream_no_finish",
     "stream_error_event", "slow_stream", "no_prompt_logprobs", "reject_prompt_logprobs",
-    "string_logprob_keys", "bare", "no_spec_metrics", "unhealthy", "no_output_ids", "sglang_server_info_renamed",
+    "string_logprob_keys", "bare", "slow_answer", "no_spec_metrics", "unhealthy", "no_output_ids", "sglang_server_info_renamed",
+    "no_logprobs_with_tools_stream", "drop_once",
 }
 
 
@@ -110,6 +111,7 @@ class FakeServer:
         self.release = threading.Event()
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * SPEC_K}
         self.lock = threading.Lock()
+        self.running = 0   # POSTs being answered now: the vllm:num_requests_running gauge
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -184,7 +186,7 @@ class FakeServer:
     def metrics_text(self) -> str:
         lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
                  "# TYPE vllm:num_requests_running gauge",
-                 f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0']
+                 f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} {float(self.running)}']
         if "no_spec_metrics" in self.faults:
             return "\n".join(lines) + "\n"
         c = self.counters
@@ -295,12 +297,26 @@ class _Handler(BaseHTTPRequestHandler):
         return self._send(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:  # noqa: N802
+        with self.fake.lock:
+            self.fake.running += 1
+        try:
+            self._post()
+        finally:
+            with self.fake.lock:
+                self.fake.running -= 1
+
+    def _post(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = json.loads(raw or b"{}")
         self._record(body)
         faults = self.fake.faults
+        if "slow_answer" in faults:   # a valid answer after a while: requests sent together are served together
+            time.sleep(0.4)
         if "hang" in faults:
             self.fake.release.wait(60)
+            return self._cut()
+        if "drop_once" in faults:   # a transport drop: this request gets no answer, the next ones do
+            faults.discard("drop_once")
             return self._cut()
         if "http500" in faults:
             return self._error(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.")
@@ -421,6 +437,10 @@ class _Handler(BaseHTTPRequestHandler):
                      delay_s=0.3 if "slow_stream" in faults else 0.0)
 
     def _chat(self, body: dict[str, Any]) -> None:
+        if ("no_logprobs_with_tools_stream" in self.fake.faults and body.get("tools") and body.get("stream")
+                and body.get("logprobs")):   # llama.cpp's server, word for word
+            return self._send(400, {"error": {"code": 400, "message": "logprobs is not supported with tools + stream",
+                                              "type": "invalid_request_error"}})
         prompt = [len(m.get("content", "")) % 60 for m in body["messages"]]
         ids, finish = self._run(body, prompt)
         with_ids = body.get("return_token_ids") and "no_token_ids" not in self.fake.faults

@@ -23,14 +23,21 @@ from typing import Any, Mapping, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 ROUTE_SUITE = ("equivalence", "stressors")
 FAILING = ("bug", "error")
+CONTROL = "correct"   # the correct engine, a candidate of every run whose budget differs from COMMON_ARGS
 ISSUE_TITLES = {
     4: "Greedy rigor: divergence classification, logprob consistency, streaming parity, boundary checks",
     5: "Sampling-distribution tests with a measured false-alarm rate and power",
     6: "Concurrency stressors: cross-context mixing, batch invariance, determinism, task accuracy under load, aborts",
     14: "Request features under speculation: penalties, logit_bias, min_tokens, min_p, n > 1, structured output, chat",
+    23: "Where engines break under speculation: chunk and context boundaries, KV pressure, batch-size ramps, "
+        "silent spec-off, stop strings everywhere",
+    24: "Agentic traffic under speculation: tool calls, reasoning and multi-turn sessions",
 }
 # the check family -> the issue that adds it (greedy itself is the foundation's)
-FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distribution": 5, "mixing": 6, "features": 14}
+FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distribution": 5, "mixing": 6, "features": 14,
+                "spec-path": 23, "kv-pressure": 23, "batch-ramp": 23, "agentic": 24}
+# pairs other than the default one, by name: a row on one runs its candidates and baseline on that pair
+PAIRS = {"pair2": ROOT / "fixtures" / "models" / "pair2"}
 # one budget for every run, so "the correct engine passes" is claimed at the budget the faults are caught at
 COMMON_ARGS = ("--prompt-limit", "2", "--concurrency", "8", "--stress-requests", "100", "--detect-tv", "0.2")
 NOISY_SEEDS = (1, 2)
@@ -47,11 +54,14 @@ class Mutant:
     expect: str = "caught"            # "caught": the catcher fails the route; "near-tie": reported, not failed
     options: tuple[tuple[str, str], ...] = ()
     args: tuple[str, ...] = ()        # extra suite options for this row (after COMMON_ARGS: they win)
+    engine: tuple[tuple[str, str], ...] = ()   # engine settings (a KV pool, a prefill chunk) the fault needs to act:
+    # the correct engine of the same run gets them too, so "it passes" is claimed on the same engine
+    pair: str = ""                    # PAIRS key: the engine and the baseline run that pair ("" the default one)
 
     @property
-    def group(self) -> tuple[str, str, tuple[str, ...]]:
+    def group(self) -> tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...], str]:
         """Rows with the same group share one route-suite run (one candidate each)."""
-        return self.catcher, self.expect, self.args
+        return self.catcher, self.expect, self.args, self.engine, self.pair
 
     @property
     def label(self) -> str:
@@ -65,8 +75,24 @@ class Mutant:
         return self.fault if self.expect == "caught" else f"{self.fault}_{self.expect.replace('-', '_')}"
 
     def uri(self) -> str:
-        options = (("fault", self.fault),) + self.options
-        return "reference:?" + "&".join(f"{k}={v}" for k, v in options)
+        options = (("fault", self.fault),) + self.options + self.engine
+        return correct_uri(self.pair) + ("&" if self.pair else "?") + "&".join(f"{k}={v}" for k, v in options)
+
+    def control_uri(self) -> str:
+        """The correct engine with this row's engine settings (on its pair)."""
+        return control_uri(self.engine, self.pair)
+
+
+def correct_uri(pair: str = "") -> str:
+    """The correct reference engine, on the default pair or on `pair` (its own draft)."""
+    return f"reference:{PAIRS[pair] / 'target'}?draft={PAIRS[pair] / 'draft'}" if pair else "reference:"
+
+
+def control_uri(engine: tuple[tuple[str, str], ...], pair: str = "") -> str:
+    """The correct engine with these engine settings, on the default pair or on `pair`."""
+    if not engine:
+        return correct_uri(pair)
+    return correct_uri(pair) + ("&" if pair else "?") + "&".join(f"{k}={v}" for k, v in engine)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -98,6 +124,19 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("n_shared_stream", "features"),
     Mutant("grammar_first_only", "features"),
     Mutant("grammar_first_only", "features", args=("-k", "json_schema")),   # the same mask under a json_schema
+    # issue #23: stop strings on every prompt, usage on every prompt, the stated chunked-prefill budget
+    Mutant("stop_string_dropped", "boundary", options=(("fault_rate", "0.2"),)),
+    Mutant("usage_miscount", "boundary"),
+    # its own run (the correct engine with the same prefill chunk beside it), on the stated-boundary sweep only
+    Mutant("chunk_edge_off_by_one", "boundary", engine=(("prefill_chunk", "48"),), args=("-k", "stated_boundaries")),
+    Mutant("spec_off_for_logprobs", "spec-path"),
+    Mutant("preempt_loses_draft_state", "kv-pressure", engine=(("kv_capacity", "768"),)),
+    Mutant("batch_threshold", "batch-ramp"),
+    # the chat server's parsers fed verified blocks: on pair 2, whose model calls tools and reasons (the first pair
+    # has no tools in its template, so its agentic rows are "not verified"); parity, sessions, check conversation
+    Mutant("tool_call_block_boundary", "agentic", pair="pair2"),
+    Mutant("reasoning_leak_in_block", "agentic", pair="pair2"),
+    Mutant("parser_state_carried", "agentic", pair="pair2"),
 )
 
 
@@ -131,10 +170,14 @@ class SuiteResult:
         return counts
 
     def caught(self, *, route: str, check: str) -> bool:
-        """The check failed the route: a failed/errored test of that family, or a bug/error finding."""
-        outcomes = self.outcomes_for(route, check=check)
-        failing = [f for f in self.findings_for(route, check=check) if f.get("severity") in FAILING]
-        return bool(outcomes["failed"] + outcomes["error"] or failing)
+        """The check found the fault: a correctness ("bug") finding of that very family against the route. A
+        route error (a timeout, a refused request) or a failed test without such a finding is not a catch."""
+        return any(f.get("severity") == "bug" for f in self.findings_for(route, check=check))
+
+    def noisy(self, route: str) -> list[tuple[str, str, str]]:
+        """What the run found against `route` beyond info and engine notes (the correct engine must have none)."""
+        return [(f["check"], f["severity"], f["title"][:160]) for f in self.findings_for(route)
+                if f.get("severity") not in ("info", "engine")]
 
     def requests(self, route: str) -> int | None:
         """Requests the route answered in the run: the report's latency count (the engine's own
@@ -168,8 +211,8 @@ def routes_toml(*, baseline: str, candidates: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def default_baseline_uri() -> str:
-    return f"hf:{ROOT / 'fixtures' / 'models' / 'target'}"
+def default_baseline_uri(pair: str = "") -> str:
+    return f"hf:{(PAIRS[pair] if pair else ROOT / 'fixtures' / 'models') / 'target'}"
 
 
 def run_route_suite(candidate_uri: str | Mapping[str, str], extra_args: Sequence[str], tmp_path: Path, *,
@@ -236,6 +279,7 @@ class Row:
     also: list[str] = field(default_factory=list)
     requests: int | None = None
     seconds: float | None = None
+    control: str = "-"               # the correct engine in the same run, at the same budget
 
 
 def verdict_for(mutant: Mutant, result: SuiteResult) -> tuple[bool, str]:
@@ -259,14 +303,15 @@ def other_catchers(mutant: Mutant, result: SuiteResult) -> list[str]:
 
 def format_table(rows: Sequence[Row], *, correct: str = "") -> str:
     """The mutation table, one row per fault (plus the correct engine's line)."""
-    header = ("fault", "expected catcher", "caught?", "also failed by", "requests", "run s")
+    header = ("fault", "expected catcher", "caught?", "also failed by", "correct engine, same run", "requests",
+              "run s")
     lines = [header]
     if correct:
-        lines.append(("(correct engine)", "each family run", correct, "", "", ""))
+        lines.append(("(correct engine)", "each family run", correct, "", "", "", ""))
     for row in rows:
         m = row.mutant
         catcher = m.catcher + (" (near-tie, classify)" if m.expect == "near-tie" else "")
-        lines.append((m.label, catcher, row.status, ", ".join(row.also) or "-",
+        lines.append((m.label, catcher, row.status, ", ".join(row.also) or "-", row.control,
                       "-" if row.requests is None else str(row.requests),
                       "-" if row.seconds is None else f"{row.seconds:.0f}"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

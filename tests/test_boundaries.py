@@ -11,10 +11,12 @@ from dataclasses import replace
 import pytest
 
 import spec_route_suite.equivalence.test_boundaries as boundary_suite
-from spec_route_suite.equivalence.boundaries import (VARIANTS, Case, build_cases, pick_stop_string, pick_stop_token, speculation_depth,
-                                    violations)
+from spec_route_suite.equivalence.boundaries import (VARIANTS, Case, build_cases, pick_stop_string, pick_stop_token,
+                                                     speculation_depth)
+from spec_route_suite.equivalence.boundaries import violations as rule_violations
+from spec_route_suite.equivalence.rules import details
 from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory
-from tests.test_greedy_routes import (Rewired, Sink, baseline_handle, fitted_prompts, handle, prompts, reference_route,
+from tests.test_greedy_routes import (ReferenceHandles, Rewired, Sink, baseline_handle, fitted_prompts, handle, prompts,
                                       suite_config, tokenizer)
 
 EOS = 2
@@ -34,15 +36,9 @@ def run_sweep(variant, prompt, candidate):
 
 @pytest.fixture(scope="module")
 def reference():
-    made = {}
-
-    def get(fault=None):
-        if fault not in made:
-            made[fault] = handle(reference_route("candidate", **({"fault": fault} if fault else {})), "candidate")
-        return made[fault]
-    yield get
-    for h in made.values():
-        h.route.batcher.close()
+    handles = ReferenceHandles()
+    yield handles
+    handles.close()
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -88,6 +84,11 @@ def decode(ids):
 def answer(tokens, finish, usage=None):
     return Completion(token_ids=tuple(tokens), text=decode(tokens), finish_reason=finish, route="r",
                       usage_completion_tokens=len(tokens) if usage is None else usage)
+
+
+def violations(**kw) -> list[str]:
+    """The sweep's rule violations of one answer, as the texts a finding shows."""
+    return details(rule_violations(**kw))
 
 
 def case(max_tokens, *, stop=(), stop_ids=(), ignore_eos=False):
@@ -139,6 +140,16 @@ def test_speculation_depth_from_inventory_then_spec_then_default():
     assert speculation_depth(inv) == 7
     assert speculation_depth(RouteInventory(engine="x"), replace_spec(num_assistant_tokens=3)) == 3
     assert speculation_depth(None) == 4
+
+
+def test_draft_depth_says_where_k_came_from_and_an_assumed_k_is_a_gap():
+    from spec_route_suite.equivalence.depth import ASSUMED, draft_depth
+    stated = draft_depth(RouteInventory(engine="x", extra={"draft_depth": 6}))
+    assert (stated.k, stated.known, stated.gap()) == (6, True, "")
+    declared = draft_depth(RouteInventory(engine="x"), replace_spec(options=(("num_speculative_tokens", "5"),)))
+    assert (declared.k, declared.source) == (5, "declared in the routes file")
+    assumed = draft_depth(RouteInventory(engine="x"), replace_spec())
+    assert (assumed.k, assumed.source, assumed.known) == (4, ASSUMED, False) and "k=4 assumed" in assumed.gap()
 
 
 def replace_spec(**kw):

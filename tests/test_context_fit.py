@@ -228,3 +228,32 @@ def test_mixing_is_still_caught_with_a_workload_cut_to_a_small_context(tmp_path)
     assert any(n.startswith("stressors: canary workload sized") and "shared prefix cut" in n for n in report["notes"])
     bugs = [f for f in report["findings"] if f["check"] == "mixing" and f["severity"] == "bug"]
     assert bugs and bugs[0]["title"].startswith("cross-request mixing:")
+
+
+@pytest.fixture(scope="module")
+def silent_server():
+    """The same engine with max_model_len 192 that does not state it in /v1/models: only its refusals say."""
+    engine = build_engine(f"reference:?max_context={SMALL_CONTEXT}", model_name="tiny", base=ROOT,
+                          state_context=False)
+    httpd = make_server(engine)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    yield engine, f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny"
+    httpd.shutdown()
+    httpd.server_close()
+    engine.close()
+
+
+def test_a_limit_stated_only_in_a_refusal_is_learned_once_and_the_tests_re_planned(tmp_path, silent_server):
+    """The first over-long request is refused with the limit in the server's words: the route learns 192, the
+    test runs once more with its prompts sized to it, and every later test is planned for it (a note, never a
+    route error per prompt)."""
+    engine, uri = silent_server
+    result, report = run_suite(tmp_path, "-p", "no:xdist", "equivalence/test_greedy.py", "-k", "greedy_matches",
+                               "--candidate", uri, "--categories", "long", "--prompt-limit", "3")
+    assert report is not None, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert len(engine.refused) == 1, engine.refused   # the first long prompt, once: its re-planned run fits
+    assert not [f for f in report["findings"] if f["severity"] in ("error", "bug")], report["findings"]
+    assert report["checks"]["greedy"]["passed"] == 3, report["checks"]
+    assert any("stated its context limit" in n and str(SMALL_CONTEXT) in n for n in report["notes"]), report["notes"]
+    engine.refused.clear()

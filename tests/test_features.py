@@ -3,9 +3,9 @@ feature checks (equivalence/test_features.py) pass the correct engine and catch 
 
 The engine is checked against independent oracles: transformers' own processors (hf AR: repetition
 penalty, logit_bias as sequence_bias, min_new_tokens) and a plain greedy loop written here for the
-OpenAI frequency/presence penalties, in a concurrent batch of rows with and without features. The
-check is proven both ways in one route-suite run at its default budget (reference baseline, so the
-penalties the hf route refuses are verified too).
+OpenAI frequency/presence penalties, in a concurrent batch of rows with and without features; the hf
+route's own penalty processor (fixtures/routes/hf_penalties.py) against the same loop and the engine.
+The check is proven both ways in one route-suite run at its default budget (reference baseline).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Request, ResponseFormat
 from spec_route_suite.fixtures.routes.errors import FeatureUnsupported, RouteMalformed
-from spec_route_suite.fixtures.routes.openai import OpenAIRoute, SGLangRoute
+from spec_route_suite.fixtures.routes.openai import OpenAIRoute
+from spec_route_suite.fixtures.routes.sglang_generate import SGLangRoute
 from spec_route_suite.fixtures.routes.spec import RouteSpec, parse_route_uri
 from spec_route_suite.fixtures.session import RouteHandle
 from tests.mutation import MUTANTS, run_route_suite
@@ -52,6 +53,13 @@ def ref(models, loop):
 def ar():
     from spec_route_suite.fixtures.routes.hf import HFRoute
     return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
+
+
+@pytest.fixture(scope="module")
+def assisted():
+    from spec_route_suite.fixtures.routes.hf import HFRoute
+    from spec_route_suite.fixtures.routes.spec import default_candidate
+    return HFRoute(default_candidate())
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +133,52 @@ def test_engine_n_choices_are_independent_rows_with_summed_usage(loop, ref, prom
 
 
 # -- adapters: pass through or refuse, never drop ------------------------------------------------
-def test_hf_refuses_what_transformers_cannot_do(ar, prompts, loop):
+@pytest.mark.parametrize("frequency, presence", [(1.0, 0.0), (0.0, 2.0), (0.5, 0.5)])
+def test_hf_openai_penalties_equal_the_greedy_loop_and_the_engine(loop, ref, ar, assisted, models, prompts, frequency,
+                                                                   presence):
+    """Our logits processor on the transformers baseline: the same tokens as the plain loop written from the
+    OpenAI definition and as the reference engine, and transformers' assisted generation (a speculative
+    route verifying several positions per step) gives them too."""
+    ids = prompts["json-00"]
+    req = greedy(ids, ignore_eos=True, frequency_penalty=frequency, presence_penalty=presence, max_tokens=40)
+    got = asyncio.run(ar.generate(req))
+    assert list(got.token_ids) == _greedy_loop(models[0], ids, max_tokens=40, frequency=frequency, presence=presence)
+    assert got.token_ids == together(loop, ref, [req])[0].token_ids
+    assert got.token_ids != asyncio.run(ar.generate(replace(req, frequency_penalty=0.0, presence_penalty=0.0))).token_ids
+    assert asyncio.run(assisted.generate(req)).token_ids == got.token_ids
+
+
+def test_penalty_processor_is_the_openai_formula_over_output_tokens_only():
+    """Random logits and histories: mu[j] - c[j] * frequency - (c[j] > 0) * presence with c counted over
+    the generated tokens alone, the reference engine's `penalise` row by row."""
+    from spec_route_suite.fixtures.routes.hf_processors import OpenAIPenalties
+    from spec_route_suite.fixtures.routes.reference.features import penalise
+    gen = torch.Generator().manual_seed(0)
+    vocab, prompt_length = 50, 7
+    ids = torch.randint(0, vocab, (4, prompt_length + 12), generator=gen)
+    ids[:, prompt_length:prompt_length + 6] = ids[:, :1]   # repeats of a prompt token inside the output
+    scores = torch.randn(4, vocab, generator=gen)
+    got = OpenAIPenalties(prompt_length, frequency=0.7, presence=1.3)(ids, scores.clone())
+    for row in range(4):
+        output = ids[row, prompt_length:].tolist()
+        want = scores[row].clone()
+        for token in set(output):
+            want[token] -= 0.7 * output.count(token) + 1.3
+        torch.testing.assert_close(got[row], want)
+        engine = penalise(scores[row].clone(), prompt=ids[row, :prompt_length].tolist(), output=output,
+                          req=greedy((1,), frequency_penalty=0.7, presence_penalty=1.3), vocab=vocab)
+        torch.testing.assert_close(got[row], engine)
+    untouched = OpenAIPenalties(ids.shape[1], frequency=0.7, presence=1.3)(ids, scores.clone())
+    torch.testing.assert_close(untouched, scores)   # the prompt alone is never penalised
+
+
+def test_hf_refuses_what_it_cannot_do_and_serves_our_processors(ar, prompts, loop):
     handle = RouteHandle(ar, ar.spec, loop, 60)
-    for feature, change in (("frequency_penalty", {"frequency_penalty": 1.0}), ("n", {"n": 2}),
+    answer = probe(handle, greedy(prompts["math-00"], n=2), "n")
+    assert isinstance(answer, Refusal) and answer.feature == "n", answer
+    for feature, change in (("frequency_penalty", {"frequency_penalty": 1.0}),
                             ("response_format", {"response_format": ResponseFormat("json_object")})):
-        answer = probe(handle, greedy(prompts["math-00"], **change), feature)
-        assert isinstance(answer, Refusal) and answer.feature == feature, answer
+        assert not isinstance(probe(handle, greedy(prompts["math-00"], **change), feature), Refusal), feature
 
 
 def test_openai_payload_carries_each_feature_and_only_when_on():
@@ -173,13 +221,13 @@ def test_usage_of_n_choices_is_bounded_by_n_times_max_tokens():
 
 
 def test_a_400_from_a_real_server_is_not_supported_not_a_pass(loop):
-    """The in-process OpenAI server refuses n > 1 with HTTP 400: the probe calls that a refusal."""
+    """The in-process OpenAI server refuses n above its maximum with HTTP 400: the probe calls that a refusal."""
     from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
     url, stop = serve_in_thread("reference:", model_name="tiny")
     try:
         route = OpenAIRoute(parse_route_uri("c", f"openai:{url}?model=tiny&tokenizer={TARGET_DIR}", base=TARGET_DIR))
         handle = RouteHandle(route, route.spec, loop, 60)
-        answer = probe(handle, greedy((1, 2, 3), n=2, max_tokens=4), "n")
+        answer = probe(handle, greedy((1, 2, 3), n=65, max_tokens=4), "n")
         assert isinstance(answer, Refusal) and "400" in answer.why, answer
         handle.close()
     finally:
@@ -270,6 +318,20 @@ def test_engine_json_equals_a_masked_greedy_loop(loop, ref, models, prompts, fmt
         assert json_answer_problem(got, schema=SCHEMA) is None
 
 
+@pytest.mark.parametrize("fmt", [ResponseFormat("json_object"), ResponseFormat("json_schema", json.dumps(SCHEMA))],
+                         ids=["json_object", "json_schema"])
+def test_hf_json_processor_equals_the_engine(loop, ref, ar, assisted, prompts, fmt):
+    """The transformers baseline's response_format processor (the engine's automaton as a logits processor)
+    gives the engine's greedy answer, under assisted generation too; an unconstrainable schema is refused."""
+    req = greedy(prompts["math-00"], max_tokens=24, response_format=fmt)
+    got = asyncio.run(ar.generate(req))
+    assert got.token_ids == together(loop, ref, [req])[0].token_ids and got.text.lstrip().startswith("{")
+    assert asyncio.run(assisted.generate(req)).token_ids == got.token_ids
+    nested = ResponseFormat("json_schema", json.dumps({"type": "object", "properties": {"a": {"type": "object"}}}))
+    with pytest.raises(FeatureUnsupported, match="flat object schemas only"):
+        asyncio.run(ar.generate(replace(req, response_format=nested)))
+
+
 # -- n = 4 sampled, pooled into the distribution check ---------------------------------------------
 class MisSummedUsage:
     """A planted route wrapper: n > 1 answers report the first choice's length as usage.completion_tokens."""
@@ -288,7 +350,8 @@ class MisSummedUsage:
 def test_distribution_arm_pools_n_choices_and_checks_their_usage(loop, ref, prompts):
     """Half of a candidate's draw (whole n=4 requests) comes from n=4 answers; a usage that is not the
     sum over the choices is kept as a problem (the distribution test turns it into a finding)."""
-    from spec_route_suite.equivalence.distribution import GRID, N_CHOICES, RouteArm
+    from spec_route_suite.equivalence.distribution import GRID
+    from spec_route_suite.equivalence.distribution_routes import N_CHOICES, RouteArm
     for route, expect_problems in ((ref, False), (MisSummedUsage(ref), True)):
         handle = RouteHandle(route, ref.spec, loop, 120)
         arm = RouteArm(handle, [prompts["chat-00"]], tokens=5, n_choices=N_CHOICES)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from spec_route_suite.equivalence import calibration as calib
+from spec_route_suite.fixtures.config import PROMPT_CATEGORIES
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.fixtures.routes.base import Completion, Request
@@ -61,7 +62,8 @@ class FixedCalibration:
 
 
 def suite_config(**overrides) -> SimpleNamespace:
-    values = dict(greedy_policy="strict", max_new_tokens=48, alpha=0.01, seed=0, categories=None)
+    values = dict(greedy_policy="strict", max_new_tokens=48, alpha=0.01, seed=0, categories=PROMPT_CATEGORIES,
+                  prompt_sources=(), prompt_limit=None)
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -138,6 +140,25 @@ def reference_route(name: str, **options: str):
                      draft=str(MODELS / "draft"), num_assistant_tokens=4,
                      options=tuple(sorted((k, str(v)) for k, v in options.items())))
     return ReferenceRoute(spec, models=model_pair())
+
+
+class ReferenceHandles:
+    """Candidate handles on the reference engine by planted fault (None: correct), with the same engine `options`
+    (a prefill chunk, a KV pool); made on first use, sharing one model pair, closed together."""
+
+    def __init__(self, **options: str):
+        self.options = options
+        self.made: dict[str | None, RouteHandle] = {}
+
+    def __call__(self, fault: str | None = None) -> RouteHandle:
+        if fault not in self.made:
+            route = reference_route("candidate", **self.options, **({"fault": fault} if fault else {}))
+            self.made[fault] = handle(route, "candidate")
+        return self.made[fault]
+
+    def close(self) -> None:
+        for made in self.made.values():
+            made.route.batcher.close()
 
 
 def baseline_handle() -> RouteHandle:

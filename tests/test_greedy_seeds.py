@@ -6,14 +6,15 @@ from dataclasses import replace
 import pytest
 
 import spec_route_suite.equivalence.test_seeds as seeds_suite
-from tests.test_greedy_routes import (Rewired, Sink, fitted_prompts, handle, hf_route, prompts, reference_route,
-                                      suite_config, tokenizer)
+from tests.test_greedy_routes import (Rewired, Sink, baseline_handle, fitted_prompts, handle, hf_route, prompts,
+                                      reference_route, suite_config, tokenizer)
 
 
 def run_seeds(prompt, candidate):
     sink = Sink()
     try:
-        seeds_suite.test_same_seed_same_tokens(lean_prompt=prompt, candidate=candidate, fitted_prompts=fitted_prompts(),
+        seeds_suite.test_same_seed_same_tokens(lean_prompt=prompt, candidate=candidate, baseline=baseline_handle(),
+                                               fitted_prompts=fitted_prompts(),
                                                suite_config=suite_config(), findings=sink)
     except pytest.fail.Exception as failure:
         return str(failure), sink.items
@@ -41,7 +42,7 @@ def test_dropped_seed_fails_with_a_finding():
     assert failed, "dropping the seed never changed a sampled output"
     failure, (finding,) = failed[0]
     assert "does not honour seed" in failure and "candidate 'candidate'" in failure
-    assert finding.check == "seeds" and finding.severity == "bug" and "run 2" in finding.details["diff"]
+    assert finding.check == "seeds" and finding.severity == "bug" and "run 1:" in finding.details["diff"]
 
 
 def test_route_without_seed_support_is_not_verified():

@@ -23,8 +23,9 @@ from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_
 FLOOR = calib.Calibration(route="baseline", tau=calib.TAU_FLOOR, logprob_tol=calib.TOL_FLOOR, noise=1e-5)
 
 
-def run_stream(prompt, candidate, with_stop=False, *, baseline=None, calibration=None, policy="strict"):
-    sink = Sink()
+def run_stream(prompt, candidate, with_stop=False, *, baseline=None, calibration=None, policy="strict", sink=None):
+    """(failure text or None, findings); pass `sink` to read the coverage it recorded too."""
+    sink = Sink() if sink is None else sink
     try:
         streaming_suite.test_stream_matches_non_stream(
             lean_prompt=prompt, baseline=baseline or baseline_handle(), candidate=candidate, tokenizer=tokenizer(),

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.reports.render_markdown import CLUSTERS_SHOWN, MAX_CHARS
 from tests.fault_server import FaultPlan, serve_faults
 from tests.hostile_shapes import BODY_SHAPES, STREAM_SHAPES
 
@@ -73,8 +74,8 @@ def unmatched_shapes(served: list[tuple[str, str]], errors: list[dict]) -> dict[
 
 def markdown_problems(summary: str, report: dict) -> list[str]:
     """What would make summary.md unreadable: a heading that is not the verdict, an unclosed code fence
-    or <details>, a JSON block that does not parse, a table row with the wrong number of cells, or a
-    finding title that breaks its heading."""
+    or <details>, a JSON block that does not parse, a table row with the wrong number of cells, a finding
+    line that opens raw HTML, or more than the summary's limit."""
     lines = summary.splitlines()
     problems = []
     if lines[0] != f"# Route qualification: **{report['verdict'].upper()}**":
@@ -106,11 +107,13 @@ def markdown_problems(summary: str, report: dict) -> list[str]:
         problems.append("a code fence is never closed")
     if summary.count("<details>") != summary.count("</details>"):
         problems.append("<details> and </details> do not pair up")
-    headings = [line for line in lines if line.startswith("### [")]
-    shown = min(len(report["findings"]), 50)
-    if len(headings) != shown:
-        problems.append(f"{len(headings)} finding headings for {shown} findings shown")
-    problems += [f"raw HTML from a server's answer in a heading: {h[:120]!r}" for h in headings if "<" in h]
+    rows = [line for line in lines if re.match(r"\| \d+ \| ", line)]   # one line per finding cluster
+    shown = min(len(report.get("clusters") or []), CLUSTERS_SHOWN)
+    if len(rows) != shown:
+        problems.append(f"{len(rows)} finding lines for {shown} clusters shown")
+    problems += [f"raw HTML from a server's answer in a finding line: {r[:120]!r}" for r in rows if "<" in r]
+    if len(summary) >= MAX_CHARS:
+        problems.append(f"{len(summary)} characters, the limit is {MAX_CHARS}")
     return problems
 
 

@@ -34,7 +34,8 @@ from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics
 from spec_route_suite.fixtures.routes.registry import build_route
 from spec_route_suite.fixtures.routes.spec import parse_route_uri
 from spec_route_suite.fixtures.servers.inprocess import Engine, make_server, serve_in_thread
-from spec_route_suite.reports.repro import render_repro, repro_block
+from spec_route_suite.reports.repro_spec import LOAD_ATTEMPTS, load_repro, parity_repro
+from tests.repro_helpers import adapter_handle, script_for, served
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = "reference:?fault=cross_context_mixing&mix_rate=1.0"
@@ -126,7 +127,8 @@ def test_bad_requests_get_openai_style_errors(correct):
     bad_json = httpx.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
     assert bad_json.status_code == 400 and "invalid JSON" in bad_json.json()["error"]["message"]
     assert httpx.post(url, json={"max_tokens": 4}).json()["error"]["param"] == "prompt"
-    assert httpx.post(url, json={"prompt": [1, 2], "n": 2}).status_code == 400
+    assert httpx.post(url, json={"prompt": [1, 2], "n": 65}).status_code == 400        # above the server's maximum
+    assert httpx.post(url, json={"prompt": [1, 2], "n": 2, "stream": True}).status_code == 400
     assert httpx.post(url, json={"prompt": [1, 2], "max_tokens": "x"}).status_code == 400
     assert httpx.post(url, json={"prompt": [1, 2], "model": "nope"}).status_code == 404
     text = httpx.post(url, json={"prompt": "Hello", "max_tokens": 3, "temperature": 0})
@@ -164,7 +166,8 @@ def test_route_error_is_500_and_metrics_round_trip():
         assert resp.status_code == 500 and "exploded on purpose" in resp.json()["error"]["message"]
         assert httpx.post(f"{root}/v1/completions", json={"prompt": "text"}).status_code == 400  # no tokenizer
         snap = acceptance_from_metrics(httpx.get(f"{root}/metrics").text)
-        assert snap == AcceptanceSnapshot(drafts=2, draft_tokens=8, accepted=5, accepted_per_pos=(2, 2, 1, 0))
+        assert snap == AcceptanceSnapshot(drafts=2, draft_tokens=8, accepted=5, accepted_per_pos=(2, 2, 1, 0),
+                                          scope="server")
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -185,38 +188,36 @@ def test_concurrency_reaches_the_engine(correct, faulty, prompts):
 
 
 # ---- 3. the rendered repro needs only python + httpx and tells the engines apart ----
-def mixing_repro(prompts, base_url: str, model: str, serial: list[list[int]], **extra) -> str:
-    names = chat_ids(prompts)
-    requests = [Request(prompt_ids=prompts[n], max_tokens=MAX_TOKENS, request_id=n) for n in names]
-    spec = parse_route_uri("candidate", FAULTY, base=ROOT).public_dict()
-    block = repro_block(requests=requests, expected=serial, actual=None, concurrency=CONCURRENCY,
-                        base_url=base_url, model=model, **extra)
-    finding = {"title": "outputs mix under concurrency", "route": "candidate", "check": "mixing"}
-    script, curl = render_repro(finding, block, spec)
-    assert curl is not None and curl.count("curl -s") == CONCURRENCY
+def mixing_repro(prompts, attempts: int) -> str:
+    """The chat prompts sent together at concurrency 8, each compared with its answer alone (judge "load")."""
+    steps = [(Request(prompt_ids=prompts[n], max_tokens=MAX_TOKENS, request_id=n), 0, None) for n in chat_ids(prompts)]
+    block = load_repro(steps, candidate=served("candidate"), baseline=served("baseline"), concurrency=CONCURRENCY,
+                       attempts=attempts)
+    specs = [parse_route_uri(name, uri, base=ROOT).public_dict() for name, uri in (("baseline", "reference:"),
+                                                                                  ("candidate", FAULTY))]
+    script, curl, _ = script_for(block, specs=specs, route="candidate")
+    assert curl.count("curl -s") == 2 * CONCURRENCY   # each request to the candidate, then to the baseline
     return script
 
 
-def run_script(tmp_path: Path, script: str, base_url: str) -> subprocess.CompletedProcess:
+def run_script(tmp_path: Path, script: str, candidate: str, baseline: str) -> subprocess.CompletedProcess:
     path = tmp_path / "repro.py"
     path.write_text(script)
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={"REPRO_BASE_URL": base_url, "OMP_NUM_THREADS": "1"})
+    return subprocess.run([sys.executable, str(path), "--candidate-url", candidate, "--baseline-url", baseline],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
 
 
 def test_http_repro_reproduces_only_against_the_faulty_engine(tmp_path, correct, faulty, prompts):
-    model = served_model(correct)
-    serial = post_all(correct, [payload(prompts[n], model) for n in chat_ids(prompts)], concurrency=1)
-    script = mixing_repro(prompts, "http://127.0.0.1:9/v1", model, serial, attempts=3)
-    assert not re.search(r"^\s*(import|from)\s+(fixtures|reports|equivalence)\b", script, re.M)
-    assert "ATTEMPTS = 3" in script and "CONCURRENCY = 8" in script and "import httpx" in script
-    bad = run_script(tmp_path, script, faulty)
+    script = mixing_repro(prompts, attempts=3)
+    assert not re.search(r"^\s*(import|from)\s+(fixtures|reports|equivalence|spec_route_suite)\b", script, re.M)
+    assert '"attempts": 3' in script and '"concurrency": 8' in script and "import httpx" in script
+    bad = run_script(tmp_path, script, faulty, correct)   # the correct engine is the control
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "REPRODUCED on attempt 1" in bad.stdout and "MISMATCH" in bad.stdout
-    good = run_script(tmp_path, script, correct)
+    assert "REPRODUCED" in bad.stdout and "under load differs from its answer alone" in bad.stdout
+    good = run_script(tmp_path, script, correct, correct)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "not reproduced in 3 attempt(s)" in good.stdout
-    down = run_script(tmp_path, script, "http://127.0.0.1:9/v1")  # nothing listens: an error, not a repro
+    assert "unchanged in 3 passes" in good.stdout
+    down = run_script(tmp_path, script, "http://127.0.0.1:9/v1", correct)  # nothing listens: an error, not a repro
     assert down.returncode == 2, down.stdout + down.stderr
 
 
@@ -226,16 +227,11 @@ def test_http_repro_compares_text_when_the_server_returns_no_token_ids(tmp_path,
     correct, stop_correct = serve_in_thread("reference:", base=ROOT, token_ids="none")
     faulty, stop_faulty = serve_in_thread(FAULTY, base=ROOT, token_ids="none")
     try:
-        model = served_model(correct)
-        bodies = [payload(prompts[n], model) for n in chat_ids(prompts)]
-        texts = [httpx.post(f"{correct}/completions", json=b, timeout=120).json()["choices"][0]["text"] for b in bodies]
-        assert all(texts), "the text-level server answered with empty texts"
-        script = mixing_repro(prompts, "http://127.0.0.1:9/v1", model, [[0]] * len(bodies), attempts=3,
-                              expected_text=texts)
-        good = run_script(tmp_path, script, correct)
-        assert good.returncode == 0, good.stdout + good.stderr
-        bad = run_script(tmp_path, script, faulty)
-        assert bad.returncode == 1 and "MISMATCH (text)" in bad.stdout, bad.stdout + bad.stderr
+        script = mixing_repro(prompts, attempts=3)
+        good = run_script(tmp_path, script, correct, correct)
+        assert good.returncode == 0 and "ids [" not in good.stdout, good.stdout + good.stderr
+        bad = run_script(tmp_path, script, faulty, correct)
+        assert bad.returncode == 1 and "REPRODUCED" in bad.stdout, bad.stdout + bad.stderr
     finally:
         stop_correct()
         stop_faulty()
@@ -244,36 +240,36 @@ def test_http_repro_compares_text_when_the_server_returns_no_token_ids(tmp_path,
 def test_http_repro_resends_what_the_adapter_sent_to_the_engines_own_endpoint():
     """A llama.cpp route's repro posts the adapter's own /completion body, not an OpenAI payload."""
     req = Request(prompt_ids=(1, 2, 3), max_tokens=4, request_id="r1")
-    spec = parse_route_uri("candidate", "llama-cpp:http://h:3?model=m", base=ROOT)
-    route = build_route(spec)
-    block = repro_block(requests=[req], expected=[[5, 6]], actual=None, wire=[route.wire_request(req)],
-                        expected_text=["x"])
-    finding = {"title": "t", "route": "candidate", "check": "mixing"}
-    script, curl = render_repro(finding, block, spec.public_dict())
+    specs = {name: parse_route_uri(name, uri, base=ROOT) for name, uri in (("baseline", "llama-cpp:http://h:2?model=m"),
+                                                                          ("candidate", "llama-cpp:http://h:3?model=m"))}
+    handles = {name: adapter_handle(build_route(spec), spec) for name, spec in specs.items()}
+    block = parity_repro([req], candidate=handles["candidate"], baseline=handles["baseline"])
+    script, curl, data = script_for(block, specs=[s.public_dict() for s in specs.values()], route="candidate")
     compile(script, "llama_repro.py", "exec")
-    assert "http://h:3/completion " in curl and '"n_predict": 4' in curl and '"return_tokens": true' in curl
+    assert data["routes"]["candidate"]["base_url"] == "http://h:3" and data["cases"][0]["requests"][0]["baseline"] == "="
+    assert '"$CANDIDATE_URL/completion"' in curl and '"n_predict": 4' in curl and '"return_tokens": true' in curl
     assert "from spec_route_suite" not in script
 
 
-def test_repro_template_choice_and_attempt_defaults():
+def test_repro_data_says_where_each_route_is_and_how_often_to_replay():
+    """An in-process route is addressed as the in-process server serves it (the command that starts it in the
+    script), an HTTP route at its own URL; a load schedule is replayed up to LOAD_ATTEMPTS times, a request once."""
     req = Request(prompt_ids=(1, 2), max_tokens=4, temperature=0.7, top_k=0)
-    finding = {"title": "t", "route": "candidate", "check": "mixing"}
-    ref = parse_route_uri("candidate", FAULTY, base=ROOT).public_dict()
-    hf = parse_route_uri("candidate", f"hf:{TARGET_DIR}", base=ROOT).public_dict()
-    served = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8, base_url="http://h:1/v1")
-    assert "ATTEMPTS = 100" in render_repro(finding, served, ref)[0]
-    assert "ATTEMPTS = 100" in render_repro(finding, served, hf)[0]
-    serial = repro_block(requests=[req], expected=[[3]], actual=[[4]], base_url="http://h:1/v1")
-    assert "ATTEMPTS = 1" in render_repro(finding, serial, ref)[0]
-    in_process = repro_block(requests=[req], expected=[[3]], actual=[[4]], concurrency=8)
-    ref_script, ref_curl = render_repro(finding, in_process, ref)
-    assert "from spec_route_suite.fixtures.routes.registry import build_route" in ref_script and ref_curl is None
-    hf_script, hf_curl = render_repro(finding, in_process, hf)
-    assert 'req.get("top_k") or 0' in hf_script and 'req.get("top_p", 1.0)' in hf_script and hf_curl is None
-    compile(hf_script, "hf_repro.py", "exec")
+    specs = [parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=ROOT).public_dict(),
+             parse_route_uri("candidate", FAULTY, base=ROOT).public_dict()]
+    load = load_repro([(req, 0, None)] * 2, candidate=served("candidate"), baseline=served("baseline"), concurrency=2)
+    script, _, data = script_for(load, specs=specs, route="candidate")
+    assert data["attempts"] == LOAD_ATTEMPTS and "--port 8001" in data["routes"]["candidate"]["serve"]
+    assert "fault=cross_context_mixing" in data["routes"]["candidate"]["serve"] and "start it:" in script
+    assert data["routes"]["baseline"]["base_url"] == "http://127.0.0.1:8000/v1"
+    body = data["cases"][0]["steps"][0]["request"]["candidate"]["body"]
+    assert body["temperature"] == 0.7 and "top_k" not in body and "model" not in body
+    once = parity_repro([req], candidate=served("candidate"), baseline=served("baseline"))
     openai = {"name": "candidate", "kind": "openai", "model": "m", "base_url": "http://h:2/v1"}
-    script, curl = render_repro(finding, in_process, openai)
-    assert "ATTEMPTS = 100" in script and curl.startswith("#!/bin/sh") and "http://h:2/v1/completions" in curl
+    _, curl, data = script_for(once, specs=[specs[0], openai], route="candidate")
+    assert data["attempts"] == 1 and data["routes"]["candidate"] == {
+        "name": "candidate", "kind": "openai", "api_key_env": None, "base_url": "http://h:2/v1"}
+    assert curl.startswith("#!/bin/sh") and "CANDIDATE_URL=${CANDIDATE_URL:-http://h:2/v1}" in curl
 
 
 # ---- the command line ----
@@ -300,10 +296,15 @@ def test_command_line_serves_and_stops_cleanly_on_sigterm():
                 proc.wait()
 
 
+# a schema our hf JSON processor does not constrain (a nested object): the hf route refuses it
+NESTED_SCHEMA = {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+    "type": "object", "properties": {"inner": {"type": "object", "properties": {"b": {"type": "string"}}}}}}}
+
+
 def test_request_features_reach_the_route_or_are_refused(correct, prompts):
     """The in-process server never drops a feature it was sent: the reference engine applies logit_bias
-    (the banned first greedy token never appears), and an hf route that cannot apply frequency_penalty
-    makes the server answer 400 naming it (so the suite reports "not supported", not "ignored")."""
+    (the banned first greedy token never appears), and an hf route that cannot constrain a nested JSON schema
+    makes the server answer 400 naming response_format (so the suite reports "not supported", not "ignored")."""
     model = httpx.get(f"{correct}/models", timeout=60).json()["data"][0]["id"]
     body = {"model": model, "prompt": list(prompts[chat_ids(prompts)[0]]), "max_tokens": 8, "temperature": 0,
             "return_token_ids": True}
@@ -314,7 +315,7 @@ def test_request_features_reach_the_route_or_are_refused(correct, prompts):
     base_url, stop = serve_in_thread(f"hf:{TARGET_DIR}", base=ROOT)
     try:
         refused = httpx.post(f"{base_url}/completions", json={**body, "model": httpx.get(
-            f"{base_url}/models", timeout=60).json()["data"][0]["id"], "frequency_penalty": 0.5}, timeout=300)
+            f"{base_url}/models", timeout=60).json()["data"][0]["id"], "response_format": NESTED_SCHEMA}, timeout=300)
     finally:
         stop()
-    assert refused.status_code == 400 and "frequency_penalty" in refused.text
+    assert refused.status_code == 400 and "response_format" in refused.text

@@ -249,26 +249,101 @@ def test_draft_model_without_speculation_is_reported_as_speculation_did_not_run(
     assert verdict == "wait" and "speculation did not run on `draft_no_spec`" in reason
 
 
-def test_repro_script_resends_the_native_request_and_judges_the_real_server(handles, prompts, tmp_path):
-    """A finding's repro against llama.cpp posts the adapter's own /completion body and reads `tokens`:
-    the server's serial answer passes, a wrong expectation is reported as reproduced."""
+def test_repro_script_resends_the_native_request_and_judges_the_real_server(handles, routes, prompts, tmp_path):
+    """A finding's repro against llama.cpp posts the adapter's own /completion body to both servers and reads
+    `tokens`: draft-simple answering as the AR server passes; a control asked for one token less is told apart."""
     import subprocess
     import sys
-    from spec_route_suite.reports.repro import render_repro, repro_block
+    from dataclasses import replace
+    from spec_route_suite.reports.repro_spec import parity_repro
+    from tests.repro_helpers import script_for
     _, ids = prompts
-    handle = handles["draft_simple"]
+    candidate, baseline = handles["draft_simple"], handles[routes.baseline.name]
     req = Request(prompt_ids=ids[0], max_tokens=16, request_id="repro-native")
-    serial = handle.generate(req)
-    assert serial.token_ids, serial
-    finding = {"title": "t", "route": "draft_simple", "check": "mixing"}
+    specs = [routes.baseline.public_dict(), *(c.public_dict() for c in routes.candidates)]
     outcomes = {}
-    for name, expected in (("same", list(serial.token_ids)), ("wrong", list(serial.token_ids[:-1]) + [0])):
-        block = repro_block(requests=[req], expected=[expected], actual=None, wire=[handle.wire_request(req)],
-                            expected_text=[serial.text])
-        script, _ = render_repro(finding, block, handle.spec.public_dict())
+    for name, control in (("same", req), ("shorter", replace(req, max_tokens=4))):
+        block = parity_repro([req], candidate=candidate, baseline=baseline)
+        block["case"]["requests"][0]["baseline"] = baseline.repro_wire(control)
+        script, _, _ = script_for(block, specs=specs, route="draft_simple", check="greedy")
         (tmp_path / f"{name}.py").write_text(script)
         outcomes[name] = subprocess.run([sys.executable, str(tmp_path / f"{name}.py")], capture_output=True,
                                         text=True, timeout=120)
     assert outcomes["same"].returncode == 0, outcomes["same"].stdout + outcomes["same"].stderr
-    assert outcomes["wrong"].returncode == 1 and f"first difference at token {len(serial.token_ids) - 1}" in outcomes["wrong"].stdout, \
-        outcomes["wrong"].stdout + outcomes["wrong"].stderr
+    assert outcomes["shorter"].returncode == 1 and "differ in ids" in outcomes["shorter"].stdout, \
+        outcomes["shorter"].stdout + outcomes["shorter"].stderr
+
+
+# ---------------------------------------------------------------- the same servers behind plain openai: routes
+OPENAI_PRESET = REPO_ROOT / "routes" / "llama-cpp-openai.toml"
+
+
+@pytest.fixture(scope="module")
+def openai_handles(built):
+    """routes/llama-cpp-openai.toml: AR, draft-simple and -md without --spec-type, no --metrics, addressed as
+    `openai:` routes on /v1 (what most users point the suite at)."""
+    from spec_route_suite.fixtures.servers.llama_cpp import acquire_lease
+    from spec_route_suite.fixtures.session import RouteSession
+    lease = acquire_lease(load_server_set(OPENAI_PRESET))
+    routes = load_routes_file(str(OPENAI_PRESET), base=REPO_ROOT)
+    session = RouteSession((routes.baseline, *routes.candidates), 300.0)
+    yield {spec.name: session.handle(spec.name) for spec in (routes.baseline, *routes.candidates)}
+    session.close()
+    lease.release()
+
+
+def test_an_openai_route_reads_what_the_llama_cpp_server_states(openai_handles, prompts):
+    _, ids = prompts
+    for name, handle in openai_handles.items():
+        out = handle.generate(Request(prompt_ids=ids[1], max_tokens=16, ignore_eos=True, request_id=f"f-{name}"))
+        inv = handle.inventory()
+        assert (inv.engine, inv.max_model_len, inv.extra["slots"], inv.extra["flavour"]) == (
+            "llama.cpp", 512, 4, "llama.cpp"), (name, inv)
+        assert inv.extra["endpoints"]["metrics"] == "HTTP 501"    # started without --metrics
+        assert out.draft_tokens is not None and out.cached_tokens is not None, (name, out)
+        snap = handle.acceptance()
+        assert snap is not None and snap.scope == "route", (name, snap)
+    assert openai_handles["draft_simple"].inventory().extra["speculative_stated"] is True
+    assert openai_handles["draft_no_type"].inventory().extra["speculative_stated"] is False
+    assert openai_handles["draft_simple"].acceptance().draft_tokens > 0
+    assert openai_handles["draft_no_type"].acceptance().draft_tokens == 0
+    assert openai_handles["baseline"].acceptance().draft_tokens == 0
+
+
+def test_a_refusal_teaches_the_route_its_context_and_a_chat_is_measured_as_the_server_renders_it(openai_handles,
+                                                                                                 prompts):
+    from spec_route_suite.fixtures.prompts.chat import chat_request
+    from spec_route_suite.fixtures.routes.errors import ContextExceeded
+    tokenizer, ids = prompts
+    handle = openai_handles["baseline"]
+    too_long = Request(prompt_ids=tuple(ids[0]) * 40, max_tokens=4, request_id="too-long")
+    with pytest.raises(ContextExceeded) as info:
+        handle.generate(too_long)
+    assert info.value.limit == 512 and info.value.prompt_tokens == len(too_long.prompt_ids)
+    assert handle.context_limit(None) == 512 and any("512" in note for note in handle.notes())
+    chat = chat_request(tokenizer, [("system", "Be brief."), ("user", "What is 2 plus 2?")], max_tokens=8,
+                        request_id="chat-len")
+    rendered = handle.prompt_tokens(chat)
+    assert rendered == handle.generate(chat).prompt_tokens and rendered > 0
+
+
+def test_a_stream_whose_logprobs_cover_part_of_it_is_not_a_different_answer(openai_handles, prompts):
+    """llama.cpp's /v1 stream carries logprob entries (where ids are read) on a few chunks only: the stream's
+    ids are re-derived from its text and the gap is named, the text is the plain answer's."""
+    _, ids = prompts
+    handle = openai_handles["draft_simple"]
+    req = Request(prompt_ids=ids[3], max_tokens=32, ignore_eos=True, request_id="gap")
+    plain = handle.generate(req)
+    streamed = handle.generate(dataclasses.replace(req, stream=True, request_id="gap-sse"))
+    assert streamed.text == plain.text and not plain.id_gap
+    assert streamed.id_gap and streamed.text_level, streamed
+
+
+def test_the_slot_gauge_sees_requests_served_together(openai_handles, prompts):
+    _, ids = prompts
+    handle = openai_handles["draft_simple"]
+    assert handle.run(handle.route.engine_batch_peak(reset=True)) == 0
+    requests = [Request(prompt_ids=p, max_tokens=48, ignore_eos=True, request_id=f"gauge{n}")
+                for n, p in enumerate(ids * 2)]
+    handle.generate_concurrently(requests, concurrency=8)
+    assert handle.run(handle.route.engine_batch_peak()) >= 2

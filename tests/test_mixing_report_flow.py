@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
 from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
-from tests.test_run_folder import CHROMIUM, chromium, secret_routes_file
+from tests.browser import CHROMIUM, chromium
+from tests.test_run_folder import secret_routes_file
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-mixing-flow-planted-3b7e"
@@ -44,12 +46,14 @@ def run_mixing_suite(tmp_path: Path, name: str, uri: str, *extra: str) -> tuple[
     return done.returncode, run_dir, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-def serve_and_run(script: Path, uri: str) -> subprocess.CompletedProcess:
-    """The repro script alone: a clean environment, only the server's address."""
+def serve_and_run(script: Path, uri: str, baseline_url: str) -> subprocess.CompletedProcess:
+    """The repro script alone: a clean environment, only the servers' addresses (the candidate's, as older scripts
+    took it, and the baseline's: the control) and the API key the route names."""
     base_url, stop = serve_in_thread(uri, model_name=MODEL)
     try:
         return subprocess.run([sys.executable, str(script)], cwd=script.parent, capture_output=True, text=True,
-                              timeout=600, env={"PATH": os.environ.get("PATH", ""), "REPRO_BASE_URL": base_url})
+                              timeout=600, env={"PATH": os.environ.get("PATH", ""), "REPRO_BASE_URL": base_url,
+                                                "REPRO_BASELINE_URL": baseline_url, "MIXING_FLOW_KEY": API_KEY})
     finally:
         stop()
 
@@ -65,20 +69,24 @@ def test_mixing_fault_yields_an_issue_ready_report_a_standalone_repro_and_a_nigh
 
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("# Route qualification: **AVOID**")
-    assert "cross-request mixing" in summary and "<details>" in summary and "## Speculation" in summary
+    assert "cross-request mixing" in summary and "## Speculation" in summary and len(summary) < 20_000
 
     scripts = [run_dir / s for s in report["repro_scripts"] if s.endswith(".py") and "mixing" in s]
     assert scripts, report["repro_scripts"]
     text = scripts[0].read_text()
     assert not re.search(r"^\s*(from|import)\s+(fixtures|reports|equivalence|stressors)\b", text, re.M)
-    reproduced = serve_and_run(scripts[0], faulty)
-    assert reproduced.returncode == 1 and "REPRODUCED" in reproduced.stdout, reproduced.stdout + reproduced.stderr
-    clean = serve_and_run(scripts[0], "reference:")
-    assert clean.returncode == 0, clean.stdout + clean.stderr
+    baseline_url, stop_baseline = serve_in_thread(f"hf:{EMBEDDED_MODELS / 'target'}")
+    try:
+        reproduced = serve_and_run(scripts[0], faulty, baseline_url)
+        assert reproduced.returncode == 1 and "REPRODUCED" in reproduced.stdout, reproduced.stdout + reproduced.stderr
+        clean = serve_and_run(scripts[0], "reference:", baseline_url)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+    finally:
+        stop_baseline()
 
     if CHROMIUM is None:
         pytest.fail("chromium is needed for the report.html render check (apt-get install chromium)")
-    dom = chromium(run_dir / "report.html", tmp_path / "profile", "--dump-dom")
+    dom = chromium(run_dir / "report.html", "--dump-dom")
     assert "AVOID" in dom.stdout and "cross-request contamination" in dom.stdout, dom.stderr[-2000:]
     assert dom.stdout.count("<svg") >= 2  # acceptance by position, contamination matrix
 

@@ -5,6 +5,10 @@ One subprocess runs the correct engine through every catcher family at the share
 named candidates of one routes file, two subprocesses at a time. A fault whose catcher the
 route suite does not have yet is an expected failure naming the issue that adds it.
 `pytest tests -k mutation -s` prints the table (fault, expected catcher, caught?, requests).
+Every row also leaves a repro: its catcher's finding cluster has a script that, run alone against the
+in-process server, exits 1 with the faulty engine as the candidate and 0 with the correct one (the row's
+baseline served as the control); and every run folder's summary and issue files fit their limits, as does
+one report that pools every run's findings (50 and more).
 The distribution rows run each statistical fault on the grid point where it acts, at TV 0.1
 over 14 prompts per category (tests/mutation.py DISTRIBUTION_ARGS; a few minutes on 2 cores);
 the correct engine runs the distribution check at the shared budget, and the check's own
@@ -14,17 +18,23 @@ Environment: none.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from filelock import FileLock
 
-from tests.mutation import (COMMON_ARGS, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
-                            format_table, missing_reason, other_catchers, run_route_suite, verdict_for)
+from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from tests.mutation import (COMMON_ARGS, CONTROL, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
+                            correct_uri, default_baseline_uri, format_table, missing_reason, other_catchers,
+                            run_route_suite, verdict_for)
+from tests.report_limits import pooled_report_problems, run_folder_problems
 
 FAMILY_ARGS: dict[str, tuple[str, ...]] = {}   # per-family suite options beyond COMMON_ARGS (rows carry their own)
 TIMEOUT_S = 900
-RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2}   # longest runs start first
+RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2, "boundary": 2}   # longest runs start first
 NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
 
 
@@ -45,6 +55,9 @@ def _selection(session: pytest.Session) -> tuple[set[Mutant], bool]:
     (`-k ROW_ID` runs only that row's suite run, not the whole table)."""
     mutants = {item.callspec.params["mutant"] for item in session.items
                if hasattr(item, "callspec") and "mutant" in item.callspec.params}
+    groups = {item.callspec.params["group"] for item in session.items
+              if hasattr(item, "callspec") and "group" in item.callspec.params}
+    mutants |= {m for m in MUTANTS if m.group in groups}
     correct = any(item.name == "test_mutation_correct_engine_passes_every_catcher" for item in session.items)
     return mutants, correct
 
@@ -73,31 +86,36 @@ def mutation_runs(tmp_path_factory, worker_id, request):
 
 
 def _key_json(key):
-    return key if key == "correct" else [key[0], key[1], list(key[2])]
+    return key if key == "correct" else [key[0], key[1], list(key[2]), [list(o) for o in key[3]], key[4]]
 
 
 def _key(data):
-    return data if data == "correct" else (data[0], data[1], tuple(data[2]))
+    return data if data == "correct" else (data[0], data[1], tuple(data[2]), tuple(tuple(o) for o in data[3]), data[4])
 
 
 def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
     every = _groups()
     jobs = {}
     if correct:
-        correct_paths = sorted({p for (catcher, expect, _), ms in every.items() if expect == "caught"
+        correct_paths = sorted({p for (catcher, expect, *_), ms in every.items() if expect == "caught"
                                 for p in catcher_paths(ms[0])})
-        extra = [a for catcher in sorted({c for (c, _, _) in every}) for a in FAMILY_ARGS.get(catcher, ())]
+        extra = [a for catcher in sorted({c for (c, *_) in every}) for a in FAMILY_ARGS.get(catcher, ())]
         jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
                                paths=correct_paths)
-    for (catcher, expect, row_args), ms in _groups(selected).items():
+    for group, ms in _groups(selected).items():
+        catcher, expect, row_args, _, pair = group
         args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ()), *row_args]
-        job = dict(candidate_uri={m.route_name: m.uri() for m in ms}, extra_args=args, paths=catcher_paths(ms[0]))
+        candidates = {m.route_name: m.uri() for m in ms}
+        if controlled(group):   # the correct engine at this row's own budget, engine settings and pair, same run
+            candidates[CONTROL] = ms[0].control_uri()
+        job = dict(candidate_uri=candidates, extra_args=args, paths=catcher_paths(ms[0]),
+                   baseline_uri=default_baseline_uri(pair))
         if expect == "near-tie":
             job.update(extra_args=[*args, "--greedy-policy", "classify"], baseline_uri=NOISY_BASELINE)
-        jobs[(catcher, expect, row_args)] = job
+        jobs[group] = job
 
     def run(key):
-        name = "correct" if key == "correct" else f"{key[0]}-{key[1]}-{len(key[2])}"
+        name = "correct" if key == "correct" else f"{key[0]}-{key[1]}-{len(key[2])}-{len(key[3])}"
         return key, run_route_suite(tmp_path=tmp_path_factory.mktemp(name), timeout_s=TIMEOUT_S, **jobs[key])
 
     order = sorted(jobs, key=lambda k: (k != "correct", -RUN_COST.get(k[0], 1) if k != "correct" else 0))
@@ -105,10 +123,18 @@ def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
         return dict(pool.map(run, order))
 
 
+def controlled(group: tuple) -> bool:
+    """Runs whose budget, engine settings or pair are not the shared ones carry the correct engine (with the same
+    engine settings, on the same pair) as a candidate (the near-tie run judges against a noisy baseline, where the
+    correct engine's splits are near-ties by design: it has none)."""
+    _, expect, row_args, engine, pair = group
+    return bool(row_args or engine or pair) and expect == "caught"
+
+
 def correct_status(result: SuiteResult | None) -> str:
     if result is None:
         return "not run"
-    noisy = [f for f in result.findings if f.get("severity") != "info"]
+    noisy = [f for f in result.findings if f.get("severity") not in ("info", "engine")]
     return "passes" if result.exit_code == 0 and not noisy else f"FAILS (exit {result.exit_code}, {len(noisy)} findings)"
 
 
@@ -127,15 +153,32 @@ def table_rows(results) -> list[Row]:
             row.also = other_catchers(m, result)
             row.requests = result.requests(m.route_name)
             row.seconds = result.duration_s
+            if controlled(m.group):
+                row.control = "passes" if not result.noisy(CONTROL) else f"FAILS ({len(result.noisy(CONTROL))})"
+            else:
+                row.control = "(correct-engine run)"
         rows.append(row)
     return rows
 
 
 def test_mutation_correct_engine_passes_every_catcher(mutation_runs):
     result = mutation_runs["correct"]
-    noisy = [(f["check"], f["severity"], f["title"][:160]) for f in result.findings if f.get("severity") != "info"]
+    noisy = [(f["check"], f["severity"], f["title"][:160]) for f in result.findings
+             if f.get("severity") not in ("info", "engine")]
     assert result.exit_code == 0 and not noisy, f"correct engine failed the route suite: {noisy}\n{result.describe()}"
     assert result.report.get("counts", {}).get("passed", 0) > 0, result.describe()
+
+
+@pytest.mark.parametrize("group", sorted({m.group for m in MUTANTS if controlled(m.group)}),
+                         ids=lambda g: "-".join((g[0], *g[2], *(f"{k}{v}" for k, v in g[3]), *([g[4]] if g[4] else []))))
+def test_mutation_correct_engine_passes_at_each_rows_budget(mutation_runs, group):
+    """A row run at its own budget (more prompts, another TV, a -k selection) also runs the correct engine there:
+    a fault caught at a budget where the correct engine would fail too proves nothing."""
+    if group not in mutation_runs:
+        pytest.skip("its fault rows are deselected")
+    result = mutation_runs[group]
+    assert result.report.get("route_verdicts", {}).get(CONTROL), result.describe()
+    assert not result.noisy(CONTROL), f"the correct engine fails at this budget: {result.noisy(CONTROL)}"
 
 
 def _case(m: Mutant):
@@ -163,3 +206,56 @@ def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
     ok, why = verdict_for(mutant, result)
     assert result.report, f"no report.json: {result.describe()}"
     assert ok, f"{mutant.label}: {why}\n{result.describe()}"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """Route URI -> base URL of an in-process server for it, started on first use, all stopped at the end."""
+    started: dict[str, tuple[str, object]] = {}
+
+    def url(uri: str) -> str:
+        if uri not in started:
+            started[uri] = serve_in_thread(uri)
+        return started[uri][0]
+    yield url
+    for _, stop in started.values():
+        stop()
+
+
+def _row_cluster(mutant: Mutant, result: SuiteResult) -> dict | None:
+    """The catcher's finding cluster against the row's route (the near-tie row: its near-tie cluster)."""
+    severity = "near-tie" if mutant.expect == "near-tie" else "bug"
+    return next((c for c in result.report.get("clusters", []) if c["route"] == mutant.route_name
+                 and c["check"] == mutant.catcher and c["severity"] == severity), None)
+
+
+REPRO_CORRECT_ATTEMPTS = "10"   # passes of a load schedule on the correct engine (it never mixes, in any pass)
+
+
+@pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS if catcher_paths(m)])
+def test_mutation_row_leaves_a_repro_that_reproduces_only_the_fault(mutation_runs, servers, mutant: Mutant):
+    """The row's repro script, alone (python3 + httpx, only the servers' addresses), exits 1 against the faulty
+    engine and 0 against the correct one, with the embedded AR baseline as the control. (The near-tie row's run
+    judged against a noisy baseline; against that one the script rightly says "the baseline shows it too": a
+    split at a near-tie is what a noisy baseline does as well. Against an exact baseline the split is the
+    candidate's alone, and the script tells the noisy candidate from the correct one.)"""
+    result = mutation_runs[mutant.group]
+    cluster = _row_cluster(mutant, result)
+    assert cluster and cluster.get("repro"), f"{mutant.label}: no repro for its finding: {cluster}"
+    script = result.run_dir / cluster["repro"][0]
+    baseline = servers(default_baseline_uri(mutant.pair))
+    # the correct engine on the row's pair with the row's engine settings (a KV pool, a prefill chunk)
+    for uri, code, extra in ((mutant.uri(), 1, ()), (mutant.control_uri(), 0, ("--attempts", REPRO_CORRECT_ATTEMPTS))):
+        done = subprocess.run([sys.executable, str(script), "--candidate-url", servers(uri), "--baseline-url",
+                               baseline, *extra], capture_output=True, text=True, timeout=900,
+                              env={"PATH": os.environ.get("PATH", "")})
+        assert done.returncode == code, f"{mutant.label}: {script.name} against {uri}:\n{done.stdout}{done.stderr}"
+
+
+def test_mutation_reports_fit_their_limits(mutation_runs):
+    """Each run's summary.md under 20,000 characters and its issue files under 60,000, each quoting its repro
+    whole; the same for one report pooling the findings of every run (every cluster kind the table produces)."""
+    problems = [p for result in mutation_runs.values() if result.run_dir for p in run_folder_problems(result.run_dir)]
+    assert not problems, "\n".join(problems)
+    pooled = pooled_report_problems([r.run_dir for r in mutation_runs.values() if r.run_dir], min_findings=50)
+    assert not pooled, "\n".join(pooled)

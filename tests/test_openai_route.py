@@ -16,10 +16,11 @@ import pytest
 from transformers import AutoTokenizer
 
 from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import (CapabilityMissing, RouteDisconnected, RouteError, RouteHTTPError,
-                                    RouteMalformed, RouteTimeout)
+from spec_route_suite.fixtures.routes.errors import (CapabilityMissing, ContextExceeded, RouteDisconnected, RouteError,
+                                                    RouteHTTPError, RouteMalformed, RouteTimeout)
 from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
-from spec_route_suite.fixtures.routes.openai import OpenAIRoute, SGLangRoute
+from spec_route_suite.fixtures.routes.openai import OpenAIRoute
+from spec_route_suite.fixtures.routes.sglang_generate import SGLangRoute
 from spec_route_suite.fixtures.routes.registry import build_route
 from spec_route_suite.fixtures.routes.spec import RouteSpec, Timeouts
 from spec_route_suite.fixtures.routes.textlevel import retokenize
@@ -158,7 +159,7 @@ def test_broken_streams(server, toy_tokenizer, fault, error):
 
 @pytest.mark.parametrize("fault,error,status,text", [
     ("http500", RouteHTTPError, 500, "EngineCore encountered an issue"),
-    ("http400", RouteHTTPError, 400, "maximum context length is 512"),
+    ("http400", ContextExceeded, 400, "maximum context length is 512"),
     ("bad_json", RouteMalformed, None, "not JSON"),
     ("no_choices", RouteMalformed, None, "choices[0]"),
     ("close_mid_body", RouteDisconnected, None, "connection lost"),
@@ -173,6 +174,9 @@ def test_failures_are_typed(server, toy_tokenizer, fault, error, status, text):
     assert exc.route == "cand" and exc.request_id == "r-1" and "cand request r-1" in exc.describe()
     if status is not None:
         assert exc.status == status
+    if error is ContextExceeded:   # the refusal stated the limit: the route learned it, once, with a note
+        assert exc.limit == 512 and route.learned_context == 512 and call(route, "context_limit") == 512
+        assert len(route.notes) == 1 and "512" in route.notes[0]
 
 
 def test_long_server_error_is_truncated(server, toy_tokenizer):
@@ -208,6 +212,37 @@ def test_no_token_ids_anywhere_is_text_level(server, toy_tokenizer, stream):
     assert info.value.capability == "logprobs" and info.value.request_id == "r-1"
 
 
+def test_a_server_refusing_logprobs_with_tools_on_a_stream_still_answers_the_stream(server, toy_tokenizer):
+    """llama.cpp gives ids only in logprobs entries, and refuses logprobs on a streamed chat with tools (HTTP 400):
+    such a request, the way agent clients send it, is answered without logprobs, its ids re-derived from the text."""
+    server.faults = {"no_token_ids", "no_logprobs_with_tools_stream"}
+    route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+    chat = req(messages=(("user", "hello"),), prompt_ids=(1, 2))
+    tools = json.dumps([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])
+
+    async def main():
+        try:
+            plain = await route.generate(chat)                       # learns: chat ids come from logprobs entries
+            streamed = await route.generate(replace(chat, stream=True, tools=tools))
+            before = len(server.requests)
+            again = await route.generate(replace(chat, stream=True, tools=tools, request_id="r-2"))
+            return plain, streamed, again, len(server.requests) - before
+        finally:
+            await route.aclose()
+    plain, streamed, again, sent_again = asyncio.run(main())
+    assert not plain.text_level and plain.token_ids
+    assert streamed.text_level and streamed.text == plain.text and streamed.token_ids
+    assert again.text == plain.text and sent_again == 1   # the refusal is remembered: no second 400 round trip
+    sent = server.last("/v1/chat/completions")["body"]
+    assert sent["stream"] and sent["tools"] and not sent.get("logprobs")
+    server.faults = {"no_token_ids", "http400"}   # any other refusal still reaches the caller (a route that has not
+    fresh = OpenAIRoute(make_spec(server.v1, toy_tokenizer))   # seen the logprobs refusal: it asks with logprobs)
+    fresh._id_sources["chat"] = "logprobs"
+    with pytest.raises(RouteHTTPError):
+        call(fresh, "generate", replace(chat, stream=True, tools=tools))
+    assert server.last("/v1/chat/completions")["body"].get("logprobs")
+
+
 def test_no_token_ids_and_no_tokenizer_is_a_missing_capability(server, toy_tokenizer):
     server.faults = {"no_token_ids", "string_logprob_keys"}
     route = OpenAIRoute(make_spec(server.v1, None))
@@ -225,6 +260,24 @@ def test_hang_times_out_on_time(server, toy_tokenizer):
         call(route, "generate", req(timeout_s=1.0))
     assert time.monotonic() - start < 1.0 + 2.0
     assert info.value.request_id == "r-1" and "1s" in str(info.value)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_dropped_connection_is_resent_once_while_the_server_answers(server, toy_tokenizer, stream):
+    """One request that gets no answer from a healthy server is transport: resent once, with a note saying so.
+    Controls: an answer cut after its status line (a broken answer, never resent), and a drop from a server
+    whose /health is down, are lost connections."""
+    server.faults = {"drop_once"}
+    route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+    done = call(route, "generate", req(stream=stream))
+    assert done.token_ids and route.resent == ["r-1"]
+    assert len(route.notes) == 1 and "1 request(s) resent once" in route.notes[0] and "r-1" in route.notes[0]
+    for faults in ({"close_mid_body"}, {"drop_once", "unhealthy"}):
+        server.faults = set(faults)
+        route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+        with pytest.raises(RouteDisconnected, match="connection lost"):
+            call(route, "generate", req(stream=stream))
+        assert route.resent == []
 
 
 def test_slow_stream_hits_the_total_deadline(server, toy_tokenizer):
@@ -294,7 +347,7 @@ def test_score_at_full_context_says_why_instead_of_sending(server, toy_tokenizer
     prompt = tuple([3, 4, 5] * 170)  # 510 tokens
     assert len(call(route, "score", prompt, (6,), 2)) == 1
     sent = sum(r["path"] == "/v1/completions" for r in server.requests)
-    with pytest.raises(RouteError, match="must stay below max_model_len 512") as info:
+    with pytest.raises(RouteError, match="must stay below the context limit 512") as info:
         call(route, "score", prompt, (6, 8), 2)
     assert not isinstance(info.value, CapabilityMissing) and route.capabilities.prompt_logprobs
     assert sum(r["path"] == "/v1/completions" for r in server.requests) == sent
@@ -421,10 +474,11 @@ def test_recorded_live_vllm_shapes(toy_tokenizer):
     scored = route.parse_score(rec["score_response"], prompt, plain.token_ids, 2)
     for generated, forced in zip(plain.logprobs, scored):  # the engine agrees with itself
         assert forced.token_id == generated.token_id and abs(forced.logprob - generated.logprob) < 1e-4
-    speculation: dict = {}
-    config = route._vllm_config(rec["server_info"]["vllm_config"], speculation)
-    assert speculation == {"method": "draft_model", "num_speculative_tokens": 4}
-    assert config["draft"] == "fixtures/models/draft" and config["dtype"] == "float32"
+    from spec_route_suite.fixtures.routes.flavours import Probes, by_name
+    facts = by_name("vllm").facts(Probes(bodies={"/server_info?config_format=json": rec["server_info"]}, notes={},
+                                         model="tiny-target"))
+    assert dict(facts.speculation) == {"method": "draft_model", "num_speculative_tokens": 4}
+    assert (facts.draft, facts.dtype, facts.draft_depth) == ("fixtures/models/draft", "float32", 4)
     snap = acceptance_from_metrics("\n".join(rec["metrics_lines"]), model_name="tiny-target")
     assert (snap.drafts, snap.draft_tokens, snap.accepted, snap.accepted_per_pos) == (60, 240, 16, (8, 4, 4, 0))
 
@@ -595,3 +649,23 @@ def test_odd_shapes_are_malformed(toy_tokenizer, body):
     with pytest.raises(RouteMalformed):
         with route._shape_guard("r-1"):
             route.parse_completion(body, req(logprobs=1))
+
+
+def test_engine_gauge_sees_requests_served_together(server, toy_tokenizer):
+    """The server's own num_requests_running, sampled while a load runs: a peak above 1 only when the server
+    really had requests open together; a server without the gauge says None, not a number."""
+    server.faults = {"slow_answer"}
+    route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
+
+    async def load(n: int) -> int | None:
+        assert await route.engine_batch_peak(reset=True) == 0
+        reqs = [req(request_id=f"g{i}", max_tokens=4) for i in range(n)]
+        await asyncio.gather(*(route.generate(r) for r in reqs))
+        peak = await route.engine_batch_peak()
+        await route.aclose()
+        return peak
+
+    assert asyncio.run(load(6)) >= 2
+    assert asyncio.run(load(1)) == 1
+    server.faults = {"bare"}
+    assert call(OpenAIRoute(make_spec(server.v1, toy_tokenizer)), "engine_batch_peak", reset=True) is None

@@ -84,7 +84,7 @@ def test_gsm8k_local_jsonl(tmp_path):
              "answer": "1200 * 2 = 2400\n#### 2,400"}]
     recs = load_gsm8k(_jsonl(tmp_path / "test.jsonl", rows))
     assert [r.answer for r in recs] == ["5", "2400"]
-    assert recs[0].text == "Question: Tom has 3 apples and buys 2. How many?\nAnswer:"
+    assert recs[0].text == "<s>Question: Tom has 3 apples and buys 2. How many?\nAnswer:"
     assert {(r.category, r.source) for r in recs} == {("math", "gsm8k")}
     assert gsm8k_final_answer("no marker") is None
 
@@ -96,9 +96,10 @@ def test_mt_bench_local_jsonl(tmp_path, tok):
     path = _jsonl(tmp_path / "question.jsonl", rows)
     recs = load_mt_bench(path)
     assert [r.id for r in recs] == ["mt_bench-81", "mt_bench-82"]
-    assert recs[0].messages == (("user", "Write a haiku."),) and recs[0].text == "Write a haiku."
-    templated = load_mt_bench(path, tokenizer=tok)
-    assert templated[0].text == "<s><|user|>\nWrite a haiku.\n<|assistant|>\n"
+    assert recs[0].messages == (("user", "Write a haiku."),) and recs[0].followups == ("Now rhyme it.",)
+    assert recs[0].text == "<s><|user|>\nWrite a haiku.\n<|assistant|>\n"
+    from spec_route_suite.fixtures.prompts.encode import native_text
+    assert native_text(tok, recs[0]) == recs[0].text, "the route tokenizer's own template renders it alike"
 
 
 def test_humaneval_local_parquet(tmp_path):
@@ -108,8 +109,9 @@ def test_humaneval_local_parquet(tmp_path):
     path = tmp_path / "test-00000-of-00001.parquet"
     datasets.Dataset.from_list(rows).to_parquet(str(path))
     (rec,) = load_humaneval(path)
-    assert (rec.id, rec.category, rec.source) == ("HumanEval/0", "code", "humaneval")
-    assert rec.text == rows[0]["prompt"] and rec.answer == rows[0]["canonical_solution"]
+    assert (rec.id, rec.category, rec.source) == ("humaneval-0", "code", "humaneval")
+    assert rec.text == "<s>" + rows[0]["prompt"] and rec.answer == rows[0]["canonical_solution"]
+    assert rec.tests == rows[0]["test"] + "\n\ncheck(add)\n"
 
 
 def test_mbpp_local_dir(tmp_path):
@@ -141,14 +143,19 @@ def test_prompt_ends_on_token_boundary(tok, shape):
 
 
 def test_records_render_in_the_route_tokenizers_own_format(prompts):
-    """Our pairs get the stored texts unchanged; a tokenizer with another chat template and BOS gets its own."""
-    from spec_route_suite.fixtures.models import MODELS_DIR
+    """The first pair gets the stored texts unchanged; the second pair (ChatML, its own template) gets the stored
+    plain texts and its own rendering of the chats; a tokenizer with another chat template and BOS gets its own."""
+    from spec_route_suite.fixtures.models import PAIR2_DIR, chatml
     from spec_route_suite.fixtures.prompts.encode import encode_prompt, encode_record, native_text
     records = list(prompts)
-    for folder in (TARGET_DIR, MODELS_DIR / "pair2" / "target"):
-        ours = AutoTokenizer.from_pretrained(str(folder))
-        assert all(native_text(ours, r) == r.text for r in records), folder
-        assert all(encode_record(ours, r) == encode_prompt(ours, r.text) for r in records[:10]), folder
+    ours = AutoTokenizer.from_pretrained(str(TARGET_DIR))
+    assert all(native_text(ours, r) == r.text for r in records)
+    assert all(encode_record(ours, r) == encode_prompt(ours, r.text) for r in records[:10])
+    second = AutoTokenizer.from_pretrained(str(PAIR2_DIR / "target"))
+    for r in records:
+        want = (chatml.render([{"role": a, "content": b} for a, b in r.messages], add_generation_prompt=True)
+                if r.messages else r.text)
+        assert native_text(second, r) == want, r.id
     foreign = AutoTokenizer.from_pretrained(str(TARGET_DIR))
     foreign.chat_template = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
                              "\n\n{{ m['content'] }}<|eot_id|>{% endfor %}<|start_header_id|>assistant<|end_header_id|>\n\n")

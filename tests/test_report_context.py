@@ -4,9 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
-from spec_route_suite.reports.acceptance import DID_NOT_RUN, RAN, UNKNOWN, acceptance_profile, speculation_status
+from spec_route_suite.reports.acceptance import (DID_NOT_RUN, MISSING, RAN, UNKNOWN, acceptance_profile,
+                                                speculation_status)
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
-from spec_route_suite.reports.coverage import FAMILIES
+from spec_route_suite.reports.coverage import FAMILIES, CoverageRecord
 from spec_route_suite.reports.parity import parity
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.render_markdown import render_summary
@@ -21,6 +22,9 @@ def _collector(tmp_path: Path, *, candidate_kind: str, workers: list[WorkerState
                              config_public={"baseline": {"name": "baseline", "kind": "hf"},
                                             "candidates": [{"name": "candidate", "kind": candidate_kind}]})
     collector.outcomes = {f"t::{f}": CheckOutcome(f"t::{f}", f, "passed", 0.1) for f in FAMILIES}
+    collector.measurements = {"coverage": [{**CoverageRecord(check=f, route="candidate", verified=True,
+                                                             ran={"requests": 4}).as_measurement(),
+                                            "test_id": f"t::{f}"} for f in FAMILIES]}
     collector.worker_states = [w.__dict__ for w in workers]
     return collector
 
@@ -78,6 +82,20 @@ def test_no_counters_means_not_verified_not_adopted(tmp_path):
     report = build_run_report(_collector(tmp_path, candidate_kind="hf", workers=[_worker(None)]))
     assert report["speculation"][0]["status"] == UNKNOWN and report["verdict"] == "pilot"
     assert speculation_status("c", inventory={"speculation": {}}, profile=None)["status"] == UNKNOWN
+
+
+def test_a_server_that_died_before_counting_a_draft_is_missing_evidence_not_speculation_off():
+    """vLLM F5 kills a speculative engine at its first top_k request, seconds into a run: its counters never
+    moved. That says nothing about whether it speculates; a live server that drafted nothing does."""
+    inventory = {"speculation": {"method": "ngram"}}
+    zero = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": [0, 0, 0, 0]}
+    died = speculation_status("c", inventory=inventory, profile={**zero, "server_answering_at_end": False})
+    assert died["status"] == MISSING and "stopped answering" in died["reason"]
+    alive = speculation_status("c", inventory=inventory, profile={**zero, "server_answering_at_end": True})
+    assert alive["status"] == DID_NOT_RUN
+    drafted = {"drafts": 5, "draft_tokens": 20, "accepted": 8, "accepted_per_pos": [4, 2, 1, 1],
+               "server_answering_at_end": False}
+    assert speculation_status("c", inventory=inventory, profile=drafted)["status"] == RAN
 
 
 def test_baseline_parity_warns_on_anything_but_speculation(tmp_path):

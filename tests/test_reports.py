@@ -16,7 +16,8 @@ from spec_route_suite.reports.run_report import build_run_report, verdict_of
 from spec_route_suite.reports.writer import write_run_folder
 from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Request
 from spec_route_suite.reports.acceptance import acceptance_profile
-from spec_route_suite.reports.repro import repro_block
+from spec_route_suite.reports.repro_spec import parity_repro
+from tests.repro_helpers import served
 
 SECRET = "sk-planted-secret-0123456789"
 
@@ -37,12 +38,13 @@ def make_collector(tmp_path: Path, *, findings: list[Finding], outcomes: list[Ch
     return collector
 
 
-def greedy_finding() -> Finding:
-    req = Request(prompt_ids=(1, 2, 3), max_tokens=8, request_id="greedy-math-00")
-    return Finding(check="greedy", severity="bug", title=f"diverges at 5 ({SECRET})", route="candidate",
-                   prompt_id="math-00", test_id="equivalence/test_greedy.py::test_x[math-00]", uid="w0-1",
-                   details={"diff": "- a\n+ b", "divergence": {"position": 5},
-                            "repro": repro_block(requests=[req], expected=[[4, 5]], actual=[[4, 6]])})
+def greedy_finding(prompt: str = "math-00", uid: str = "w0-1") -> Finding:
+    req = Request(prompt_ids=(1, 2, 3), max_tokens=8, request_id=f"greedy-{prompt}")
+    return Finding(check="greedy", severity="bug", title=f"diverges at 5 of prompt {prompt} ({SECRET})",
+                   route="candidate", prompt_id=prompt, test_id=f"equivalence/test_greedy.py::test_x[{prompt}]",
+                   uid=uid, details={"diff": "- a\n+ b", "divergence": {"position": 5},
+                                     "repro": parity_repro([req], candidate=served("candidate"),
+                                                           baseline=served("baseline"))})
 
 
 def test_verdicts():
@@ -68,7 +70,10 @@ def test_run_folder_is_complete_redacted_and_parseable(tmp_path):
             assert SECRET not in path.read_text(), f"secret leaked into {path.name}"
     assert report["verdict"] == "avoid" and report["not_verified"][0]["check"] == "streaming"
     summary = (collector.run_dir / "summary.md").read_text()
-    assert summary.startswith("# Route qualification: **AVOID**") and "```diff" in summary and "<details>" in summary
+    assert report["issue_files"] == ["issues/001-openai-greedy.md"], report["issue_files"]   # engine: the route's kind
+    assert summary.startswith("# Route qualification: **AVOID**") and "issues/001-openai-greedy.md" in summary
+    issue = (collector.run_dir / "issues/001-openai-greedy.md").read_text()
+    assert "- a\n+ b" in issue and (collector.run_dir / "repro/001-openai-greedy.py").read_text() in issue
     junit = ET.fromstring((collector.run_dir / "junit.xml").read_text())
     props = {p.get("name"): p.get("value") for p in junit.iter("property")}
     assert props["check"] in ("greedy", "streaming") and props["finding.0.severity"] == "bug"
@@ -102,7 +107,8 @@ def test_compare_lists_new_fixed_and_still_failing():
 def test_renderers_agree_on_counts(tmp_path):
     collector = make_collector(tmp_path, findings=[], outcomes=[CheckOutcome("a::b", "greedy", "passed", 0.1)])
     report = build_run_report(collector)
-    assert "| greedy | (all) | 1 test(s) | - | yes | 1 test(s) passed |" in render_summary(report)
+    assert "| greedy | no |" in render_summary(report)
+    assert "1 test(s) passed but recorded no evidence" in report["matrix"]["greedy"]["candidate"]["why"]
     assert report["verdict"] == "pilot" and "not run: near-tie, logprobs" in report["verdict_reason"]
     assert 'tests="1"' in render_junit(report) and "PILOT" in render_html(report)
     assert "<td>greedy</td><td>(all)</td><td>1 test(s)</td>" in render_html(report)

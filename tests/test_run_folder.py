@@ -1,25 +1,21 @@
-"""The run folder under real conditions: a dead route, planted secrets, an interrupted run, Chromium."""
+"""The run folder under real conditions: a dead route, planted secrets, an interrupted run (Chromium renders the
+dashboard in tests/test_dashboard.py)."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
-from tests.test_reports import greedy_finding, make_collector
-from spec_route_suite.reports.collector import CheckOutcome
-from spec_route_suite.reports.writer import write_run_folder
+from spec_route_suite.fixtures.servers.managed import judge_run
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-test-planted-key-5f2c9a"
 HEADER_SECRET = "hdr-planted-secret-77aa"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def closed_port() -> int:
@@ -55,15 +51,19 @@ def test_dead_route_becomes_a_finding_and_secrets_stay_out(tmp_path):
                                 model="tiny", key_env="SPEC_SUITE_TEST_KEY", header=("X-Api-Token", HEADER_SECRET),
                                 request_s=10, connect_s=2)
     env = {**subprocess.os.environ, "SPEC_SUITE_TEST_KEY": KEY}
-    result = subprocess.run([sys.executable, "-m", "pytest", "equivalence/test_greedy.py", "-p", "no:cacheprovider",
-                             "--routes", str(routes), "--report-dir", str(tmp_path / "out"), "--prompt-limit", "1",
-                             "--categories", "math,chat"], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-m", "pytest", "equivalence/test_greedy.py", "stressors/test_speed.py",
+                             "-p", "no:cacheprovider", "--routes", str(routes), "--report-dir", str(tmp_path / "out"),
+                             "--prompt-limit", "1", "--categories", "math,chat"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout[-2000:]
     report = json.loads(next((tmp_path / "out").glob("*/report.json")).read_text())
     kinds = {f["details"].get("error_kind") for f in report["findings"]}
-    assert kinds == {"connection-lost"} and len(report["findings"]) >= 2
+    assert kinds == {"connection-lost"} and len(report["findings"]) >= 3
     assert report["verdict"] == "wait"
+    # the speed gate (no family) failed on the dead route too: a finding under "measured", so the CI stages'
+    # judgement sees an engine failure, not a test that broke without one (H5, what failed CI run 28)
+    assert any(f["check"] == "measured" and "test_speed_gate" in f["test_id"] for f in report["findings"])
+    assert not [e for e in judge_run(tmp_path / "out", 1)["harness_errors"] if e.startswith("H5")]
     for path in (tmp_path / "out").rglob("*"):
         if path.is_file():
             text = path.read_text()
@@ -76,7 +76,12 @@ def test_interrupted_run_leaves_a_valid_report_marked_incomplete(tmp_path):
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "equivalence/test_greedy.py", "-p", "no:cacheprovider",
                                  "-p", "no:xdist", "-v", "--report-dir", str(tmp_path / "out"),
-                                 "--max-new-tokens", "128"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                                 "--max-new-tokens", "128"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},   # the log live: a block-buffered one
+                                # showed its first PASSED lines after ~80 of the 148 fast tests, too late for Ctrl-C
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # Ctrl-C must reach it: a job started in the background by a non-interactive shell (a CI runner, `cmd &`)
+        # has SIGINT ignored, and a child that starts with it ignored never raises KeyboardInterrupt
         try:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and log.read_text().count("PASSED") < 2 and proc.poll() is None:
@@ -90,27 +95,3 @@ def test_interrupted_run_leaves_a_valid_report_marked_incomplete(tmp_path):
     assert report["complete"] is False and report["interrupted"] is True
     assert report["verdict"] == "wait" and report["counts"].get("passed", 0) >= 2
     assert "INCOMPLETE" in next((tmp_path / "out").glob("*/summary.md")).read_text()
-
-
-def chromium(html: Path, profile: Path, mode: str) -> subprocess.CompletedProcess:
-    """Headless Chromium on a local page: `--dump-dom` (DOM on stdout) or `--screenshot=PATH`; logs on stderr."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--window-size=1100,1600"]
-    return subprocess.run([CHROMIUM, *flags, mode, html.as_uri()], capture_output=True, text=True, timeout=120)
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="not verified: Chromium is not installed (apt-get install chromium)")
-def test_report_html_renders_in_headless_chromium(tmp_path):
-    finding = greedy_finding()
-    collector = make_collector(tmp_path, findings=[finding], outcomes=[
-        CheckOutcome(finding.test_id, "greedy", "failed", 0.5, "diverges")])
-    write_run_folder(collector)
-    html = collector.run_dir / "report.html"
-    shot = tmp_path / "shot.png"
-    result = chromium(html, tmp_path / "profile", f"--screenshot={shot}")
-    assert shot.exists() and shot.stat().st_size > 10_000, result.stderr[-2000:]
-    console_errors = [l for l in result.stderr.splitlines() if "CONSOLE" in l and ("error" in l.lower() or "Uncaught" in l)]
-    assert console_errors == []
-    dom = chromium(html, tmp_path / "profile", "--dump-dom")
-    assert dom.stdout.count("<svg") >= 3 and "AVOID" in dom.stdout

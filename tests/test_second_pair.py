@@ -2,8 +2,10 @@
 
 The second pair (fixtures/models/pair2) differs from the first wherever a check could silently
 depend on it: tokenizer family (sentencepiece BPE: word-start marker, one token per digit, byte
-fallback), special-token ids (</s> is 3, not 2), vocabulary size, architecture (Mistral with
-grouped-query attention, head_dim 64) and prompt lengths in tokens. The suite runs on it as a user
+fallback), special-token ids (its EOS <|im_end|> is 3, not 2), vocabulary size, architecture (Mistral with
+grouped-query attention, head_dim 64), prompt lengths in tokens, and its chat template (ChatML with
+Hermes tool calls and <think> reasoning, fixtures/models/chatml.py: chat prompts render unlike the
+stored prompt texts, and answers open with a thought the servers' parsers split out). The suite runs on it as a user
 runs it (a pytest subprocess writing a run folder): in process (transformers AR vs assisted
 generation with the pair's own draft), and over HTTP through the in-process OpenAI-compatible
 server (transformers AR vs the reference speculative engine). In each run one candidate is correct
@@ -22,11 +24,13 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from spec_route_suite.fixtures.models import DRAFT_DIR, PAIR2_DIR, TARGET_DIR
+from spec_route_suite.fixtures.models import DRAFT_DIR, PAIR2_DIR, TARGET_DIR, chatml
 from spec_route_suite.fixtures.models import evaluate as ev
-from spec_route_suite.fixtures.models.corpus import MAKERS, render_chat
+from spec_route_suite.fixtures.models.chatml_corpus import MAKERS
 from spec_route_suite.fixtures.models.tokenizer import SP_SPECIAL_TOKENS
+from spec_route_suite.fixtures.prompts.encode import encode_record
 from spec_route_suite.fixtures.prompts.records import CATEGORIES, load_prompt_set
+from spec_route_suite.fixtures.routes.chat_output import parse_whole
 from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
 from tests.test_suite_end_to_end import run_suite
 
@@ -73,11 +77,15 @@ def test_tokenizer_round_trips_and_matches_its_sentencepiece_model(pair, shape):
     assert ids == expected
 
 
-def test_chat_template_is_the_prompt_sets_format(pair):
-    msgs = [("system", "Be brief."), ("user", "Hi."), ("assistant", "Hello!"), ("user", "Bye.")]
-    rendered = pair.tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in msgs], tokenize=False,
-                                                  add_generation_prompt=True)
-    assert rendered == render_chat(msgs, add_generation_prompt=True)
+def test_chat_template_is_chatml_not_the_prompt_sets_format(pair):
+    """The pair's own template renders the prompt set's chats (stored in the first pair's markup) as ChatML, with
+    the generation prompt opening a thought; plain prompts are sent as stored."""
+    chat = next(r for r in load_prompt_set(["chat"]) if r.messages)
+    msgs = [{"role": r, "content": c} for r, c in chat.messages]
+    rendered = pair.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert rendered == chatml.render(msgs, add_generation_prompt=True) != chat.text
+    assert rendered.startswith("<s><|im_start|>") and rendered.endswith("<|im_start|>assistant\n<think>\n")
+    assert encode_record(pair.tokenizer, chat) == tuple(ev.encode(pair.tokenizer, rendered))
 
 
 def test_model_configs_fit_every_engine_and_the_size_budget(pair):
@@ -99,6 +107,7 @@ def test_model_configs_fit_every_engine_and_the_size_budget(pair):
 # What a sensible answer looks like per category: the pair trains in minutes, so it answers in the
 # corpus's form (a worked sum, a well-formed record, a reply naming what was asked) though mostly
 # not with the right value; the suite compares routes with each other, never with the answer.
+# A chat answer opens with a brief thought (closed by </think>) before the reply.
 ANSWER_FORMS = {
     "math": r" \d+ [+-] \d+ = \d+\. The answer is \d+\.",
     "json": r' \{"(name|item)": "\w+", "(age|color)": \S+, "(city|price)": \S+\}',
@@ -107,11 +116,16 @@ ANSWER_FORMS = {
 
 
 def test_target_answers_in_form_and_the_draft_drafts(pair):
-    """Sensible greedy answers on the fixture prompts, and drafts the target accepts."""
+    """Sensible greedy answers on the fixture prompts (chats in the pair's own template), and drafts the target
+    accepts."""
     for r in [r for c in ANSWER_FORMS for r in load_prompt_set([c])[:4]]:
-        out = ev.greedy(pair.target, ev.encode(pair.tokenizer, r.text), 48)
+        out = ev.greedy(pair.target, list(encode_record(pair.tokenizer, r)), 48)
         text = pair.tokenizer.decode(out, skip_special_tokens=True)
         assert out[-1] == pair.tokenizer.eos_token_id, (r.id, text)
+        if r.category == "chat":
+            thought, text, _ = parse_whole(text, open_thought=True, tools=False)
+            assert thought and thought.strip() and text.startswith("\n\n"), (r.id, thought, text)
+            text = text.strip()
         assert re.fullmatch(ANSWER_FORMS[r.category], text), (r.id, text)
     subset = [r for c in CATEGORIES for r in load_prompt_set([c])[:1]]
     assert ev.mean_acceptance(pair, subset)["overall"] >= ev.GATES["pair2"].acceptance

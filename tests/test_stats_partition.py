@@ -66,3 +66,29 @@ def test_degenerate_samples():
     assert build_partition([], max_depth=3).counts([]).sum() == 0
     one = build_partition([(5,)] * 30, max_depth=3)
     assert one.counts([(5,)] * 30).max() == 30
+
+
+def test_bins_from_probabilities_partition_the_space_with_their_exact_probabilities(sample):
+    """Bins fixed from the scores alone: cells of mass >= min_prob, probabilities that sum to 1 and match a fresh
+    sample's frequencies, nothing grown past a stop token, the same bins whatever was sampled."""
+    from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
+    from spec_route_suite.equivalence.stats.partition import probability_partition
+    from spec_route_suite.fixtures.routes.synthetic import EOS
+    model, _ = sample
+    oracle = ProbabilityOracle(model, T1)
+    part = probability_partition(lambda prefix: oracle.next_probs(0, prefix), max_depth=4, min_prob=0.01,
+                                 stop_ids=[EOS])
+    probs = part.probabilities(lambda prefix: oracle.prefix_prob(0, prefix))
+    assert part.size <= MAX_CELLS and probs.sum() == pytest.approx(1.0)
+    # every cell but "other" holds at least min_prob; when "other" was merged into the smallest cell, its own
+    # slot (the last) is empty and no sample can land there
+    dead = [part.cells] if part.other_into is not None else []
+    assert (np.delete(probs, [part.other, *dead]) >= 0.01 - 1e-12).all()
+    assert all(probs[i] == 0.0 for i in dead)
+    assert not any(len(prefix) > 1 and prefix[-2] == EOS for prefix, _, _ in part.nodes)
+    assert max(len(prefix) for prefix, cell, _ in part.nodes if cell >= 0) > 2   # likely paths are followed deep
+    fresh = model.arm("b", tokens=4).draw(0, T1, 20000, seed=9)
+    np.testing.assert_allclose(part.counts(fresh) / len(fresh), probs, atol=0.012)
+    again = probability_partition(lambda prefix: oracle.next_probs(0, prefix), max_depth=4, min_prob=0.01,
+                                  stop_ids=[EOS])
+    assert again == part

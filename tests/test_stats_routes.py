@@ -1,12 +1,16 @@
 """The distribution check on the real embedded tiny models: the adapters are exact and A/A runs stay quiet."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from spec_route_suite.equivalence.distribution import (GRID, RouteArm, RouteScorer, gate_level, position_entropies, run_check,
-                                      select_prompts, setting_alpha)
+from spec_route_suite.equivalence.distribution import GRID, run_check, setting_alpha
+from spec_route_suite.equivalence.distribution_plan import gate_level
+from spec_route_suite.equivalence.distribution_prompts import greedy_path_rows, position_entropies, select_prompts
+from spec_route_suite.equivalence.distribution_routes import RouteArm, RouteScorer
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
 from spec_route_suite.equivalence.stats.planner import plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
@@ -55,8 +59,7 @@ def test_batched_sampling_matches_one_request_at_a_time(hf):
     """The batched AR path used for fast baselines draws from the same distribution as single requests."""
     handle, ids, vocab = hf
     setting = GRID[1]
-    selector = ProbabilityOracle(RouteScorer(handle, ids, vocab=vocab), setting)
-    prompt = select_prompts([position_entropies(selector, i, TOKENS) for i in range(len(ids))], 1)[0]
+    prompt = select_prompts(_entropies(handle, ids, vocab, setting), 1)[0]
     batched = RouteArm(handle, [ids[prompt]], tokens=TOKENS).draw(0, setting, 300, seed=1)
     single = [handle.generate(Request(prompt_ids=ids[prompt], max_tokens=TOKENS, temperature=setting.temperature,
                                       top_p=setting.top_p, top_k=setting.top_k, seed=10_000 + i)).token_ids
@@ -74,9 +77,7 @@ def test_aa_false_alarms_on_the_real_tiny_models(hf):
     prompts = 3
     chosen = {}
     for setting in GRID:
-        selector = ProbabilityOracle(RouteScorer(handle, ids, vocab=vocab), setting)
-        chosen[setting] = [ids[i] for i in select_prompts([position_entropies(selector, i, TOKENS)
-                                                          for i in range(len(ids))], prompts)]
+        chosen[setting] = [ids[i] for i in select_prompts(_entropies(handle, ids, vocab, setting), prompts)]
     budget = plan_budget(detect_tv=0.2, level=gate_level(ALPHA, PLAN), power=0.9, prompts=prompts, tokens=TOKENS,
                          inflation=PLAN.inflation)
     alarms = 0
@@ -95,8 +96,113 @@ def test_aa_false_alarms_on_the_real_tiny_models(hf):
     assert alarms <= int(stats.binom.isf(0.005, AA_RUNS, ALPHA))
 
 
+def _entropies(handle, ids, vocab, setting):
+    scorer = RouteScorer(handle, ids, vocab=vocab)
+    paths = [greedy_path_rows(handle, p, TOKENS, lambda prompt, path, i=i: scorer.score_many(i, [path])[0])
+             for i, p in enumerate(ids)]
+    return [position_entropies(rows, path, setting, TOKENS) for path, rows in paths]
+
+
 def test_prompt_choice_covers_the_first_token_and_the_bonus_position():
     scores = [[3.0, 0.1, 0.1, 0.1, 0.0], [0.2, 0.1, 0.1, 0.1, 2.5], [1.0, 1.0, 1.0, 1.0, 1.0], [0.0] * 5]
     assert select_prompts(scores, 2) == [0, 1]
     assert select_prompts(scores, 3) == [0, 1, 2]
     assert select_prompts(None, 3, categories=["math", "math", "code", "chat"]) == [0, 2, 3]
+
+
+class _NoTeacherForcing:
+    """The hf route seen as a server that cannot teacher-force but returns top logprobs of what it generates
+    (llama.cpp's n_probs, an OpenAI server's top_logprobs)."""
+
+    def __init__(self, route):
+        from dataclasses import replace
+        self.route, self.name = route, route.name
+        self.capabilities = replace(route.capabilities, prompt_logprobs=False)
+
+    def __getattr__(self, name):
+        return getattr(self.route, name)
+
+
+@pytest.mark.parametrize("teacher_forcing", [True, False], ids=["prompt_logprobs", "greedy-per-prefix"])
+def test_top_k_scores_equal_the_whole_vocabulary_rows_on_their_tokens(hf, teacher_forcing):
+    """TopScorer through the Route protocol: each prefix's top-20 raw logprobs are the whole-vocabulary rows'
+    20 largest entries, whether they come from teacher forcing or from one greedy request per prefix."""
+    from spec_route_suite.equivalence.distribution_plan import BaselineScores
+    from spec_route_suite.equivalence.distribution_routes import TopScorer
+    handle, ids, vocab = hf
+    if not teacher_forcing:
+        handle = RouteHandle(_NoTeacherForcing(handle.route), handle.spec, handle.loop, 300)
+    top = TopScorer(handle, ids[:1], vocab=vocab, k=20, depth=TOKENS)
+    path = handle.generate(Request(prompt_ids=ids[0], max_tokens=TOKENS)).token_ids
+    whole = RouteScorer(handle, ids[:1], vocab=vocab).score_many(0, [tuple(path)])[0]
+    rows = top.path_rows(0, path)
+    for got, want in zip(rows, whole):
+        kept = np.isfinite(got)
+        assert kept.sum() == 20 and set(np.flatnonzero(kept)) == set(np.argsort(-want)[:20])
+        np.testing.assert_allclose(got[kept], want[kept], atol=1e-4)
+    assert top.requests == 1   # a path's rows in one request either way
+    scores = BaselineScores(top=top)
+    assert [scores.design_why(s)[0] for s in GRID] == ["scoring", "two-sample", "two-sample", "scoring"]
+    assert "top 20 only" in scores.design_why(GRID[2])[1]
+
+
+def test_reference_engine_scores_every_token_in_one_batch(hf):
+    """The reference engine as a baseline gives whole-vocabulary rows too (its `score_rows` hook), equal to its own
+    teacher forcing; a route with neither a hook nor logprobs up to the vocabulary is never asked for them."""
+    from pathlib import Path
+    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    handle, ids, vocab = hf
+    spec = parse_route_uri("reference", "reference:", base=Path("."))
+    ref = RouteHandle(build_route(spec), spec, handle.loop, 300)
+    scorer = RouteScorer(ref, ids[:1], vocab=vocab)
+    assert scorer.full_vocabulary()
+    rows = scorer.score_many(0, [(30, 31, 32)])[0]
+    own = ref.score(ids[0], (30, 31, 32), vocab)
+    for row, tokens in zip(rows, own):
+        assert row[tokens.token_id] == pytest.approx(tokens.logprob, abs=1e-4)
+    ref.close()
+    capped = RouteHandle(_NoTeacherForcing(handle.route), handle.spec, handle.loop, 300)
+    capped.route.score_rows = None   # a server: teacher forcing capped at its top logprobs, no batched hook
+    assert not RouteScorer(capped, ids[:1], vocab=vocab).full_vocabulary()
+
+
+def test_a_look_drawn_in_one_batch_gives_each_prompt_its_own_samples():
+    """`draw_many` puts every prompt's share of the reference engine's batch together (a bigger batch is cheaper
+    per sample); each row keeps its seed, so each prompt gets exactly what its own `draw` gives it, pooled
+    n-choice share included."""
+    import torch
+    torch.set_num_threads(1)
+    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    loop = BackgroundLoop()
+    try:
+        spec = parse_route_uri("candidate", "reference:", base=Path(__file__).resolve().parent.parent, environ={})
+        route = build_route(spec)
+        handle = RouteHandle(route, spec, loop, 300)
+        by_length = sorted((encode_prompt(route.tokenizer, r.text) for r in load_prompt_set()), key=len)
+        ids = [by_length[0], by_length[-1], by_length[1]]   # a short, the longest, a short: two length groups
+        setting = GRID[1]
+        one_by_one = RouteArm(handle, ids, tokens=TOKENS, n_choices=4)
+        calls, own = [], route.sample_many
+
+        async def spied(jobs):
+            calls.append(len(jobs))
+            return await own(jobs)
+        route.sample_many = spied
+        together = RouteArm(handle, ids, tokens=TOKENS, n_choices=4)
+        jobs = [(prompt, 24, 100 + prompt) for prompt in range(len(ids))]
+        expected = [one_by_one.draw(prompt, setting, n, seed) for prompt, n, seed in jobs]
+        got = together.draw_many(setting, jobs)
+        assert got == expected and all(len(samples) == 24 for samples in got)
+        assert calls == [2 * len(ids)]   # one call: each prompt's pooled and single shares
+        assert together.pooled == one_by_one.pooled > 0 and together.requests == one_by_one.requests
+        assert len({s for samples in got for s in samples}) > len(ids)   # samples, not one sequence per prompt
+    finally:
+        loop.close()
+
+
+def test_sample_many_batches_rows_of_similar_prompt_length():
+    """A batch's KV is padded to its longest row: short prompts are not batched with a 440-token one."""
+    from spec_route_suite.fixtures.routes.reference.route import _length_groups
+    rows = [Request(prompt_ids=(1,) * length, max_tokens=1) for length in (30, 440, 32, 100, 31, 430)]
+    assert _length_groups(rows, 8) == [[0, 4, 2], [3], [5, 1]]
+    assert _length_groups(rows, 2) == [[0, 4], [2], [3], [5, 1]]

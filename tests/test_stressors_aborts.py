@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 
 import spec_route_suite.fixtures.session as session
 import spec_route_suite.stressors.test_aborts as aborts
+from spec_route_suite.fixtures.routes.base import Capabilities
 from spec_route_suite.fixtures.routes.errors import RouteDisconnected
 from spec_route_suite.fixtures.routes.loop import BackgroundLoop
 from spec_route_suite.fixtures.routes.spec import RouteSpec
 from spec_route_suite.fixtures.session import RouteHandle
 from spec_route_suite.stressors.canary import build_workload, serial_references
+from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for
 from test_stressors_fakes import CharTokenizer, OracleRoute
 
@@ -61,6 +64,17 @@ class Config:
     seed = 0
 
 
+# a baseline that serialises requests: no load control is run (stressors/control.py); the route alone is judged
+SERIAL_BASELINE = SimpleNamespace(name="baseline", capabilities=Capabilities(concurrency=False))
+
+
+def survives(handle, budget, workload, refs, sink):
+    aborts.test_route_survives_client_disconnects(
+        candidate=handle, baseline=SERIAL_BASELINE, stress_budget=budget, stress_workload=workload,
+        stress_references=refs, stress_max_tokens=64, suite_config=Config(),
+        stress_control=LoadControl(SERIAL_BASELINE, None, alpha=0.01), findings=sink)
+
+
 @pytest.mark.parametrize("mode", ["healthy", "dies", "hangs"])
 def test_a_route_that_dies_or_hangs_after_disconnects_becomes_findings(mode, monkeypatch):
     monkeypatch.setattr(session, "DEADLINE_MARGIN_S", 0.5)
@@ -75,11 +89,11 @@ def test_a_route_that_dies_or_hangs_after_disconnects_becomes_findings(mode, mon
         sink = Sink()
         start = time.monotonic()
         if mode == "healthy":
-            aborts.test_route_survives_client_disconnects(handle, budget, workload, refs, 64, Config(), sink)
+            survives(handle, budget, workload, refs, sink)
             assert [f.severity for f in sink.items] == ["info"]
             return
         with pytest.raises(pytest.fail.Exception, match="after client disconnects"):
-            aborts.test_route_survives_client_disconnects(handle, budget, workload, refs, 64, Config(), sink)
+            survives(handle, budget, workload, refs, sink)
         assert time.monotonic() - start < 30, "a dead or hung route must not stall the suite"
         errors = [f for f in sink.items if f.severity == "error"]
         canary = next(f for f in errors if "post-abort-canary" in f.title)

@@ -7,7 +7,8 @@ import random
 from hypothesis import given, settings, strategies as st
 
 from spec_route_suite.fixtures.routes.base import Completion
-from spec_route_suite.stressors.canary import build_workload, renderer, serial_references
+from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.stressors.canary import build_workload, canary_question, renderer, serial_references
 from spec_route_suite.stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
 from spec_route_suite.stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,
                               probe_contexts, untrusted_references)
@@ -140,6 +141,70 @@ def test_every_attribution_names_the_true_source():
     assert {a.victim_request for a in report.contaminated} == set(visible), "every visible mix is attributed"
     assert len(passive.contaminated) >= 0.5 * len(visible), "half are attributed from the outputs alone"
     assert {a.method for a in report.contaminated} >= {FOREIGN_CANARY, FOREIGN_ANSWER, CONTEXT_PROBE}
+
+
+NUMBER_QUESTION = corpus._FACTS["number"][3]  # noqa: SLF001
+
+
+def guessing(oracle, guess: str):
+    """The oracle, except that asked for a lucky number its context lacks it says `guess` (a favourite guess)."""
+    def generate(req):
+        done = asyncio.run(oracle.generate(req))
+        prompt = oracle.tokenizer.decode(req.prompt_ids)
+        if done.text.startswith("I do not know") and NUMBER_QUESTION in prompt.rpartition(corpus.USER)[2]:
+            text = f"Your lucky number is {guess}."
+            return Completion(token_ids=tuple(oracle.tokenizer(text)["input_ids"]) + (2,), text=text,
+                              finish_reason="stop", route="guessing")
+        return done
+    return generate
+
+
+def has_fact(item, kind: str) -> bool:
+    return any(canary_question(item, v) == corpus._FACTS[kind][3] for v in item.canaries)  # noqa: SLF001
+
+
+def test_a_foreign_canary_the_victims_own_conversation_guesses_names_no_source():
+    """A garbled step can switch a locker-code answer to the lucky-number template, and the victim's own context
+    then guesses a number: when that guess is another conversation's canary, only asking the victim's own
+    conversation for the number tells the guess from a leak. Control: a route that does not guess keeps the source."""
+    tok, workload, refs, oracle = workload_and_refs(size=24)
+    recall = workload.recall()
+    victim = next(i for i in recall if not has_fact(i, "number"))
+    source = next(i for i in recall if i is not victim and has_fact(i, "number"))
+    value = next(v for v in source.canaries if canary_question(source, v) == NUMBER_QUESTION)
+    text = f"Your lucky number is {value}."
+    garbled = Completion(token_ids=tuple(tok(text)["input_ids"]) + (2,), text=text, finish_reason="stop", route="c")
+    outcomes = [outcome(victim.key, garbled, "v1", 0, 2), outcome(source.key, refs[source.key], "s1", 1, 3)]
+    passive = detect(workload=workload, references=refs, outcomes=outcomes)
+    (leak,) = passive.mismatches
+    assert (leak.method, leak.source_key, leak.canary) == (FOREIGN_CANARY, source.key, value)
+    probe = dict(workload=workload, outcomes=outcomes, max_tokens=64, render=renderer(tok))
+    (kept,) = probe_contexts(passive, generate=guessing(oracle, "nothing-alike"), **probe).mismatches
+    assert (kept.method, kept.source_key) == (FOREIGN_CANARY, source.key), "a value it does not guess at home is a leak"
+    (guess,) = probe_contexts(passive, generate=guessing(oracle, value), **probe).mismatches
+    assert guess.method == UNATTRIBUTED and not guess.attributed, guess.line()
+    assert "a guess, no source" in guess.line() and value in guess.line()
+
+
+def test_an_output_made_of_its_own_answers_tokens_is_not_pinned_on_a_neighbours_guess():
+    """'Your lucky number is 8.' for 885 is a truncated own answer: a neighbour without a lucky number that guesses
+    8 explains it no better than a garbled step does. Control: a digit its own answer lacks is probed and named."""
+    tok, workload, refs, oracle = workload_and_refs(size=24)
+    recall = workload.recall()
+    victim = next(i for i in recall if i.asked == "number")
+    neighbour = next(i for i in recall if not has_fact(i, "number"))
+    own_digit = victim.answer[0]
+    other_digit = next(d for d in "0123456789" if d not in victim.answer)
+    for digit, named in ((own_digit, False), (other_digit, True)):
+        text = f"Your lucky number is {digit}."
+        got = Completion(token_ids=tuple(tok(text)["input_ids"]) + (2,), text=text, finish_reason="stop", route="c")
+        outcomes = [outcome(victim.key, got, "v1", 0, 2), outcome(neighbour.key, refs[neighbour.key], "n1", 1, 3)]
+        passive = detect(workload=workload, references=refs, outcomes=outcomes)
+        assert passive.mismatches[0].foreign_tokens == (0 if digit == own_digit else 1)
+        (att,) = probe_contexts(passive, workload=workload, outcomes=outcomes, max_tokens=64, render=renderer(tok),
+                                generate=guessing(oracle, digit)).mismatches
+        assert (att.method, att.source_key) == ((CONTEXT_PROBE, neighbour.key) if named else (UNATTRIBUTED, None)), \
+            att.line()
 
 
 def test_references_off_baseline_are_distrusted_only_when_they_do_not_reproduce():

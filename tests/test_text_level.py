@@ -36,7 +36,8 @@ TARGET = EMBEDDED_MODELS / "target"
 MODEL = "tiny-target"
 EQUIVALENCE = ("equivalence/test_greedy.py", "equivalence/test_boundaries.py", "equivalence/test_streaming.py")
 EQUIVALENCE_ARGS = ("-k", "not near_tie", "--prompt-limit", "1", "--categories", "math,chat", "-n", "2")
-MIXING_ARGS = ("stressors/test_mixing.py", "--concurrency", "8", "--stress-requests", "100")
+MIXING_REQUESTS = 100
+MIXING_ARGS = ("stressors/test_mixing.py", "--concurrency", "8", "--stress-requests", str(MIXING_REQUESTS))
 MIXING_FAULT = "reference:?fault=cross_context_mixing&mix_rate=0.1"
 PLANTED_AT = 3
 REQUEST_TIMEOUT_S = 300   # the in-process engine shares 2 cores with everything else running
@@ -68,11 +69,9 @@ def comparisons(report: dict) -> list[dict]:
 
 
 def suite_caused_errors(report: dict) -> list[str]:
-    """Route errors other than timeouts (this shared 2-core machine may answer late under load): a refused
-    request, an answer the adapter could not read, a capability the suite wrongly assumed."""
-    errors = [f for f in report["findings"] if f["severity"] == "error"]
-    kinds = [{f["details"].get("error_kind")} | {x["kind"] for x in f["details"].get("failures", [])} for f in errors]
-    return [f["title"] for f, k in zip(errors, kinds) if k - {"timeout", None}]
+    """Every route error, timeouts included (REQUEST_TIMEOUT_S is generous even on a loaded 2-core machine): a
+    refused request, an answer the adapter could not read, a capability the suite wrongly assumed, a hang."""
+    return [f["title"] for f in report["findings"] if f["severity"] == "error"]
 
 
 def test_correct_engine_without_token_ids_passes_greedy_boundaries_and_streaming_at_text_level(tmp_path):
@@ -108,6 +107,9 @@ def test_mixing_without_token_ids_is_caught_on_text(tmp_path, served, expected):
     assert not suite_caused_errors(report), suite_caused_errors(report)
     mixing = [f for f in report["findings"] if f["check"] == "mixing"]
     assert mixing and all(f["details"].get("comparison") == TEXT_LEVEL for f in mixing if "budget" in f["details"])
+    checked = [f["details"]["requests_checked"] for f in mixing if f["severity"] == "info"
+               and "requests_checked" in f["details"]]
+    assert checked and checked[0] >= MIXING_REQUESTS, (checked, output)   # every request of the budget was judged
     contaminated = [f for f in mixing if f["severity"] == "bug" and "another request's context" in f["title"]]
     assert bool(contaminated) == bool(expected), [f["title"] for f in mixing]
     if contaminated:

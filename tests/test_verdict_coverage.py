@@ -19,7 +19,7 @@ import pytest
 from spec_route_suite.equivalence.boundaries import Case, run_sweep
 from spec_route_suite.fixtures.routes.base import Completion, Request
 from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
-from spec_route_suite.reports.acceptance import DID_NOT_RUN, UNKNOWN, speculation_status
+from spec_route_suite.reports.acceptance import DID_NOT_RUN, MISSING, UNKNOWN, speculation_status
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import FAMILIES, STRESSOR_FAMILIES, CoverageRecord
 from spec_route_suite.reports.findings import Finding
@@ -32,17 +32,24 @@ from tests.test_greedy_routes import handle, hf_route, reference_route
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET, DRAFT = EMBEDDED_MODELS / "target", EMBEDDED_MODELS / "draft"
+SEEN = {"requests": 4}   # a passing test's evidence: what it compared
 COUNTERS = {"drafts": 10, "draft_tokens": 40, "accepted": 20, "accepted_per_pos": [8, 6, 4, 2]}
 
 
-def collector(tmp_path: Path, *, records=(), findings=(), families=FAMILIES, candidates=("candidate",)) -> RunCollector:
-    """A finished run where every family in `families` passed on every candidate, plus coverage records."""
+def collector(tmp_path: Path, *, records=(), findings=(), families=FAMILIES, candidates=("candidate",),
+              with_evidence: bool = True) -> RunCollector:
+    """A finished run where every family in `families` passed on every candidate, plus coverage records: `records`
+    where given, else (with_evidence) each passing test's own record of a few requests compared."""
     run = RunCollector(run_dir=tmp_path / "run", run_id="run", redact=Redactor(()), is_worker=False,
                        config_public={"baseline": {"name": "baseline", "kind": "hf"},
                                       "candidates": [{"name": c, "kind": "hf"} for c in candidates]})
     run.outcomes = {f"t::{f}[{c}]": CheckOutcome(f"t::{f}[{c}]", f, "passed", 0.1) for f in families for c in candidates}
     run.findings = list(findings)
-    run.measurements = {"coverage": [{**r.as_measurement(), "test_id": f"t::{r.check}[{r.route}]"} for r in records]}
+    stated = {(r.check, r.route) for r in records}
+    evidence = [CoverageRecord(check=f, route=c, verified=True, ran={"requests": 4}) for f in families
+                for c in candidates if (f, c) not in stated] if with_evidence else []
+    run.measurements = {"coverage": [{**r.as_measurement(), "test_id": f"t::{r.check}[{r.route}]"}
+                                     for r in [*records, *evidence]]}
     inventory = {"engine": "transformers", "speculation": {"method": "assisted_generation"}, "extra": {}}
     run.worker_states = [WorkerState(findings_recorded=len(run.findings), inventories={c: inventory for c in candidates},
                                      acceptance={c: COUNTERS for c in candidates}).__dict__]
@@ -61,6 +68,15 @@ def test_every_family_verified_adopts(tmp_path):
     assert "## Coverage" in render_summary(report)
 
 
+def test_passing_tests_that_recorded_no_evidence_do_not_adopt(tmp_path):
+    """Every family passed, but no test said what it compared: nothing is verified (it was adopt before)."""
+    report = build_run_report(collector(tmp_path, with_evidence=False))
+    assert report["verdict"] == "pilot" and "recorded no evidence" in report["verdict_reason"]
+    vacuous = [CoverageRecord(check=f, route="candidate", verified=True, ran={"tokens compared": 0}) for f in FAMILIES]
+    report = build_run_report(collector(tmp_path, records=vacuous))
+    assert report["verdict"] == "pilot" and "vacuous: the test(s) passed with nothing compared" in report["verdict_reason"]
+
+
 def test_a_serialising_route_gets_stressors_not_verified_and_pilot(tmp_path):
     report = build_run_report(collector(tmp_path, records=serialised("candidate")))
     assert report["verdict"] == "pilot"
@@ -73,7 +89,7 @@ def test_a_serialising_route_gets_stressors_not_verified_and_pilot(tmp_path):
 def test_each_candidate_is_judged_on_its_own_evidence(tmp_path):
     """The default pair: hf serialises, the batching engine verifies the stressors. The batching route earns
     adopt; the serial one does not borrow its coverage, and the headline never says more than it earned."""
-    records = serialised("hf") + [CoverageRecord(check=f, route="batched", verified=True) for f in STRESSOR_FAMILIES]
+    records = serialised("hf") + [CoverageRecord(check=f, route="batched", verified=True, ran=SEEN) for f in STRESSOR_FAMILIES]
     report = build_run_report(collector(tmp_path, records=records, candidates=("hf", "batched")))
     rows = {(r["check"], r["route"]): r["status"] for r in report["coverage"]}
     assert rows[("mixing", "hf")] == "not verified" and rows[("mixing", "batched")] == "verified"
@@ -83,13 +99,13 @@ def test_each_candidate_is_judged_on_its_own_evidence(tmp_path):
     assert report["verdict"] == "pilot" and "`hf` pilot, `batched` adopt" in report["verdict_reason"]
     summary = render_summary(report)
     assert "| `hf` | **PILOT** |" in summary and "| `batched` | **ADOPT** |" in summary
-    alone = build_run_report(collector(tmp_path, records=[CoverageRecord(check=f, route="batched", verified=True)
+    alone = build_run_report(collector(tmp_path, records=[CoverageRecord(check=f, route="batched", verified=True, ran=SEEN)
                                                           for f in STRESSOR_FAMILIES], candidates=("batched",)))
     assert alone["verdict"] == "adopt" and "| candidate | verdict |" not in render_summary(alone)
 
 
 def test_a_finding_against_one_candidate_is_not_held_against_the_other(tmp_path):
-    records = [CoverageRecord(check=f, route=r, verified=True) for f in STRESSOR_FAMILIES for r in ("a", "b")]
+    records = [CoverageRecord(check=f, route=r, verified=True, ran=SEEN) for f in STRESSOR_FAMILIES for r in ("a", "b")]
     bug = Finding(check="greedy", severity="bug", route="a", prompt_id="p", title="diverges")
     report = build_run_report(collector(tmp_path, records=records, candidates=("a", "b"), findings=[bug]))
     assert report["verdict"] == "avoid"
@@ -102,7 +118,7 @@ def test_an_underpowered_distribution_budget_is_pilot_with_its_detectable_tv(tmp
                           reason="T1.0: minimum detectable TV 0.231 is above --detect-tv 0.05 (a serial route's capped budget)")
     report = build_run_report(collector(tmp_path, records=[weak]))
     assert report["verdict"] == "pilot" and "minimum detectable TV 0.231" in report["verdict_reason"]
-    strong = CoverageRecord(check="distribution", route="candidate", verified=True, could_detect="T1.0: TV >= 0.049")
+    strong = CoverageRecord(check="distribution", route="candidate", verified=True, ran=SEEN, could_detect="T1.0: TV >= 0.049")
     assert build_run_report(collector(tmp_path, records=[strong]))["verdict"] == "adopt"
 
 
@@ -131,7 +147,8 @@ def test_a_refused_feature_is_listed_not_supported_never_a_pass(tmp_path):
     row = next(r for r in report["coverage"] if r["check"] == "features")
     assert (row["part"], row["status"]) == ("n", "not supported by this route") and "HTTP 400" in row["why"]
     assert report["verdict"] == "pilot" and "features: n not supported by this route" in report["verdict_reason"]
-    assert "| features: n | candidate |" in render_summary(report)
+    summary = render_summary(report)
+    assert "| features | not supported |" in summary and "- **not supported by this route**: features: n (" in summary
 
 
 def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
@@ -139,6 +156,7 @@ def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
     covered there: that candidate earns adopt, the refusing one does not."""
     def record(part, route, supported=True):
         return CoverageRecord(check="features", route=route, verified=supported, supported=supported, part=part,
+                              ran=SEEN if supported else {},
                               reason="" if supported else f"route '{route}' does not support {part}")
     records = [record("logit_bias", "hf"), record("n", "hf", supported=False), record("n", "batched")]
     run = collector(tmp_path, records=records, candidates=("hf", "batched"))
@@ -147,8 +165,9 @@ def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
         nodeid = f"t::features_{i}[{r.route}]"
         run.outcomes[nodeid] = CheckOutcome(nodeid, "features", "passed" if r.supported else "skipped", 0.1,
                                             reason="" if r.supported else f"not verified: {r.reason}")
-    run.measurements["coverage"] = [{**r.as_measurement(), "test_id": f"t::features_{i}[{r.route}]"}
-                                    for i, r in enumerate(records)]
+    others = [m for m in run.measurements["coverage"] if m["check"] != "features"]
+    run.measurements["coverage"] = others + [{**r.as_measurement(), "test_id": f"t::features_{i}[{r.route}]"}
+                                             for i, r in enumerate(records)]
     report = build_run_report(run)
     rows = {(r["part"], r["route"]): r["status"] for r in report["coverage"] if r["check"] == "features"}
     assert rows == {("logit_bias", "hf"): "verified", ("n", "hf"): "not supported by this route",
@@ -157,7 +176,7 @@ def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
     assert verdicts["batched"]["verdict"] == "adopt", verdicts
     assert verdicts["hf"]["verdict"] == "pilot" and "features: n not supported by this route" in verdicts["hf"]["reason"]
     assert report["verdict"] == "pilot"
-    run.measurements["coverage"] = run.measurements["coverage"][:2]   # n refused on hf, not run on batched
+    run.measurements["coverage"] = run.measurements["coverage"][:-1]   # n refused on hf, not run on batched
     del run.outcomes["t::features_2[batched]"]
     assert "features: n not supported by this route" in build_run_report(run)["verdict_reason"]
 
@@ -165,8 +184,8 @@ def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
 def test_a_test_stating_two_parts_decides_both_rows(tmp_path):
     """The distribution point with min_p records its family row and a `min_p` row: a failure fails both,
     and a candidate's min_p refusal (the point ran without it) is "not supported" while the point passed."""
-    records = [CoverageRecord(check="distribution", route="candidate", verified=True),
-               CoverageRecord(check="distribution", route="candidate", verified=True, part="min_p")]
+    records = [CoverageRecord(check="distribution", route="candidate", verified=True, ran=SEEN),
+               CoverageRecord(check="distribution", route="candidate", verified=True, ran=SEEN, part="min_p")]
     run = collector(tmp_path, records=records)
     run.outcomes["t::distribution[candidate]"].outcome = "failed"
     rows = {r["part"]: r["status"] for r in build_run_report(run)["coverage"] if r["check"] == "distribution"}
@@ -195,6 +214,17 @@ def test_a_finding_about_the_baseline_is_not_a_candidate_bug_but_blocks_adopt(tm
     assert build_run_report(collector(tmp_path, findings=[against_candidate]))["verdict"] == "avoid"
 
 
+def test_a_wait_names_route_errors_and_speculation_that_did_not_run_together():
+    """A server given a draft but no --spec-type that also had a transport error must still read "speculation
+    did not run": the error count alone would send the user after the wrong cause."""
+    from spec_route_suite.reports.run_report import verdict_of
+    verdict, reason = verdict_of(failed=2, bug_findings=0, error_findings=4, not_verified=0, complete=True,
+                                 problems=["speculation did not run on `draft_no_type` (no draft was verified)"])
+    assert verdict == "wait" and "4 route error(s)" in reason and "speculation did not run" in reason
+    assert verdict_of(failed=0, bug_findings=0, error_findings=1, not_verified=0, complete=True) == (
+        "wait", "0 failed check(s), 1 route error(s): investigate before promoting")
+
+
 def test_a_baseline_that_speculated_keeps_the_run_waiting(tmp_path):
     run = collector(tmp_path)
     run.worker_states[0]["acceptance"]["baseline"] = COUNTERS
@@ -202,14 +232,39 @@ def test_a_baseline_that_speculated_keeps_the_run_waiting(tmp_path):
     assert report["verdict"] == "wait" and "the baseline `baseline` speculated" in report["verdict_reason"]
 
 
+def _stated_inventory(flavour: str, bodies: dict) -> dict:
+    """A route inventory as an HTTP route builds it from what the server's GET endpoints say."""
+    from spec_route_suite.fixtures.routes.flavours import Probes, by_name
+    from spec_route_suite.fixtures.routes.http import stated
+    facts = by_name(flavour).facts(Probes(bodies=bodies, notes={}, model="m"))
+    return {"engine": facts.engine, "speculation": dict(facts.speculation), "draft": facts.draft,
+            "extra": stated(facts)}
+
+
 def test_a_plain_vllm_server_posing_as_candidate_did_not_speculate():
-    plain = {"engine": "vllm", "speculation": {}, "extra": {"endpoints": {"metrics": "ok"}}}
-    assert speculation_status("c", inventory=plain, profile=None)["status"] == DID_NOT_RUN
-    no_metrics = {**plain, "extra": {"endpoints": {"metrics": "HTTP 404"}}}
+    plain = _stated_inventory("vllm", {"/metrics": "vllm:num_requests_running 0\n"})
+    status = speculation_status("c", inventory=plain, profile=None)
+    assert status["status"] == DID_NOT_RUN and "without spec_decode series" in status["reason"]
+    no_metrics = _stated_inventory("vllm", {})
     assert speculation_status("c", inventory=no_metrics, profile=None)["status"] == UNKNOWN
-    sglang = {"engine": "sglang", "speculation": {"speculative_algorithm": "EAGLE"}, "extra": {}}
-    assert speculation_status("c", inventory=sglang, profile=None)["status"] == DID_NOT_RUN
-    assert speculation_status("c", inventory={**sglang, "speculation": {}}, profile=None)["status"] == UNKNOWN
+    sglang = _stated_inventory("sglang", {"/get_server_info": {"speculative_algorithm": "EAGLE"}})
+    # through its OpenAI endpoint SGLang states it speculates but no answer says how much: not proven
+    assert speculation_status("c", inventory=sglang, profile=None)["status"] == UNKNOWN
+    # its native /generate answers carry spec_verify_ct: none in a whole run is evidence missing (wait)
+    native = {**sglang, "extra": {**sglang["extra"], "per_response_evidence": True}}
+    status = speculation_status("c", inventory=native, profile=None)
+    assert status["status"] == MISSING and "although the route is configured to speculate" in status["reason"]
+    # an SGLang server whose own args name no speculative algorithm states that it does not speculate
+    plain_sglang = _stated_inventory("sglang", {"/get_server_info": {"context_length": 512}})
+    assert speculation_status("c", inventory=plain_sglang, profile=None)["status"] == DID_NOT_RUN
+    llama_md_only = _stated_inventory("llama.cpp", {"/slots": [{"speculative": False, "params": {
+        "speculative.types": "none"}}], "/props": {"default_generation_settings": {"n_ctx": 512}}})
+    status = speculation_status("c", inventory=llama_md_only, profile=None)
+    assert status["status"] == DID_NOT_RUN and "does not speculate" in status["reason"]
+    llama_no_slots = _stated_inventory("llama.cpp", {"/props": {"default_generation_settings": {"n_ctx": 512}}})
+    assert speculation_status("c", inventory=llama_no_slots, profile=None)["status"] == MISSING
+    generic = _stated_inventory("generic", {})
+    assert speculation_status("c", inventory=generic, profile=None)["status"] == UNKNOWN
 
 
 # ---------------------------------------------------------------- the routes' own witnesses
@@ -235,11 +290,36 @@ def _burst_run(route, n: int):
     return witness.verdict()
 
 
+class _Proxy:
+    """A route seen through a gateway: the same engine, less of what it states (no gauge, or one slot)."""
+
+    def __init__(self, inner, *, gauge: bool = True, slots: int | None = None):
+        self._inner, self._slots = inner, slots
+        if not gauge:
+            self.engine_batch_peak = None
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    async def inventory(self):
+        from dataclasses import replace as dc_replace
+        inv = await self._inner.inventory()
+        return dc_replace(inv, extra={**inv.extra, "slots": self._slots}) if self._slots else inv
+
+
 def test_load_witness_serialising_route_is_not_verified_and_batching_route_is():
     verified, why, ran = _burst_run(hf_route("candidate", True), 4)
-    assert not verified and "serialises requests" in why and "max 1 in one engine step" in why
+    assert not verified and "serialises requests" in why and "max 1 together by the engine's own gauge" in why
     verified, why, _ = _burst_run(reference_route("batched"), 6)
-    assert verified and "in one engine step (engine gauge)" in why, why
+    assert verified and "together by the engine's own gauge" in why, why
+
+
+def test_load_witness_without_an_engine_gauge_or_with_one_slot_is_not_verified():
+    """Client-side overlap alone proves nothing (a gateway may serialise); a server stating one slot serialises."""
+    verified, why, _ = _burst_run(_Proxy(reference_route("no-gauge"), gauge=False), 6)
+    assert not verified and why.startswith("not proven") and "max 6 requests open together at the client" in why
+    verified, why, _ = _burst_run(_Proxy(reference_route("one-slot"), slots=1), 6)
+    assert not verified and why.startswith("serialises: the server states it runs one request at a time"), why
 
 
 def test_lifetime_overlap_counts_requests_open_together():
@@ -352,6 +432,7 @@ def test_greedy_policy_and_tau_reach_the_stressors(mode, tau_over_margin, fails)
     only when the baseline's teacher-forced margin is below the run's tau."""
     from spec_route_suite.stressors import test_batch_invariance as stressor
     from spec_route_suite.stressors.canary import build_workload, serial_references
+    from spec_route_suite.stressors.control import LoadControl
     from spec_route_suite.stressors.driver import budget_for
     from spec_route_suite.stressors.near_tie import NearTiePolicy
     from tests.test_greedy_routes import FixedCalibration, Sink, baseline_handle, tokenizer
@@ -369,7 +450,8 @@ def test_greedy_policy_and_tau_reach_the_stressors(mode, tau_over_margin, fails)
     run = lambda: stressor.test_identical_greedy_requests_agree_under_load(  # noqa: E731
         candidate=candidate, baseline=base, tokenizer=tok, stress_budget=budget, stress_workload=workload,
         stress_references=refs, stress_max_tokens=max_tokens,
-        near_tie_policy=NearTiePolicy(mode=mode, calibration=FixedCalibration(calibration)), findings=sink)
+        near_tie_policy=NearTiePolicy(mode=mode, calibration=FixedCalibration(calibration)),
+        stress_control=LoadControl(base, None, alpha=0.01), findings=sink)   # the hf baseline serialises: no control
     if fails:
         with pytest.raises(pytest.fail.Exception):
             run()
@@ -381,7 +463,7 @@ def test_greedy_policy_and_tau_reach_the_stressors(mode, tau_over_margin, fails)
 
 
 def test_cached_prompt_tokens_are_read_from_usage():
-    from spec_route_suite.fixtures.routes.openai import cached_tokens
+    from spec_route_suite.fixtures.routes.openai_shapes import cached_tokens
     assert cached_tokens({"usage": {"prompt_tokens_details": {"cached_tokens": 12}}}) == 12
     assert cached_tokens({"usage": {"prompt_tokens": 30}}) is None and cached_tokens({"usage": None}) is None
 
@@ -394,3 +476,102 @@ def test_a_non_numeric_ran_value_never_breaks_the_report():
     rows = [r for r in coverage_rows(records=[r.as_measurement() for r in records], outcomes=[], candidates=["c"])
             if r.check == "greedy"]
     assert "3 prompts" in rows[0].ran and "text-level" not in rows[0].ran
+
+
+def test_settings_that_weaken_the_evidence_are_named_in_the_verdict_line(tmp_path):
+    """A budget planned for a coarser TV than the suite's full one, a pinned tau (worse: with classify), a
+    server that restarted or stopped answering: each is a gap the verdict line names."""
+    run = collector(tmp_path)
+    run.config_public.update(detect_tv=0.1, near_tie_tau=5.0, greedy_policy="classify")
+    report = build_run_report(run)
+    assert report["verdict"] == "pilot"
+    assert "planned for TV 0.1" in report["verdict_reason"] and "pinned at 5 nats" in report["verdict_reason"]
+    assert "classify excuses every greedy divergence" in report["verdict_reason"]
+    run = collector(tmp_path)
+    run.config_public.update(detect_tv=0.05)
+    run.server_acceptance = {"candidate": {**COUNTERS, "server_restarted": True, "server_answering_at_end": False}}
+    reason = build_run_report(run)["verdict_reason"]
+    assert "restarted during the run" in reason and "not answering at the end" in reason
+    run = collector(tmp_path)
+    run.config_public.update(detect_tv=0.05)
+    assert build_run_report(run)["verdict"] == "adopt"
+
+
+def test_a_skipped_part_beside_a_passing_one_is_its_own_gap(tmp_path):
+    """logprobs has two tests: the comparison with the baseline skips, the all-zero check passes. Each is a
+    part of its own, so the skip is a gap (one passing test used to mark the whole row verified)."""
+    run = collector(tmp_path)
+    match, zeros = "t::test_logprobs_match_baseline[candidate]", "t::test_sampled_logprobs_are_not_all_zero[candidate]"
+    del run.outcomes["t::logprobs[candidate]"]
+    run.measurements["coverage"] = [m for m in run.measurements["coverage"] if m["check"] != "logprobs"]
+    run.outcomes[match] = CheckOutcome(match, "logprobs", "skipped", 0.1, reason="not verified: no prompt logprobs")
+    run.outcomes[zeros] = CheckOutcome(zeros, "logprobs", "passed", 0.1)
+    run.measurements["coverage"].append({**CoverageRecord(check="logprobs", route="candidate", verified=True,
+                                                          ran=SEEN).as_measurement(), "test_id": zeros})
+    run.worker_state.planned = {
+        match: {"check": "logprobs", "function": "test_logprobs_match_baseline", "qualifier": ""},
+        zeros: {"check": "logprobs", "function": "test_sampled_logprobs_are_not_all_zero", "qualifier": ""}}
+    report = build_run_report(run)
+    rows = {r["part"]: r["status"] for r in report["coverage"] if r["check"] == "logprobs"}
+    assert rows == {"logprobs_match_baseline": "not verified", "sampled_logprobs_are_not_all_zero": "verified"}
+    assert report["verdict"] == "pilot" and "logprobs: logprobs_match_baseline not verified" in report["verdict_reason"]
+
+
+def test_a_part_deselected_by_k_is_not_run_not_absent(tmp_path):
+    """The stop_token boundary variant was planned (collected) and removed by -k: its part reads "not run" and
+    keeps the run from adopt; the variants that ran are verified."""
+    run = collector(tmp_path)
+    del run.outcomes["t::boundary[candidate]"]
+    run.measurements["coverage"] = [m for m in run.measurements["coverage"] if m["check"] != "boundary"]
+    for variant in ("plain", "stop_token"):
+        nodeid = f"t::test_boundary_sweep[{variant}-math-00-candidate]"
+        run.worker_state.planned[nodeid] = {"check": "boundary", "function": "test_boundary_sweep",
+                                            "qualifier": variant}
+        if variant == "plain":
+            run.outcomes[nodeid] = CheckOutcome(nodeid, "boundary", "passed", 0.1)
+            run.measurements["coverage"].append({**CoverageRecord(check="boundary", route="candidate", verified=True,
+                                                                  ran={"cases": 6}).as_measurement(), "test_id": nodeid})
+    report = build_run_report(run)
+    rows = {r["part"]: r["status"] for r in report["coverage"] if r["check"] == "boundary"}
+    assert rows == {"plain": "verified", "stop_token": "not run"}
+    assert report["verdict"] == "pilot" and "not run: boundary: stop_token" in report["verdict_reason"]
+
+
+def test_a_check_can_void_another_familys_row_without_lending_it_its_outcome(tmp_path):
+    """spec-path found speculation off for logprobs requests: it records the logprobs family's row "on the speculative
+    path" not verified (a gap), while its own row stays what its own evidence says, and no row of its own family
+    appears under the other family's part name."""
+    run = collector(tmp_path)
+    voided = CoverageRecord(check="logprobs", route="candidate", verified=False, part="on the speculative path",
+                            reason="not verified on the speculative path: speculation is silently off for logprobs")
+    run.measurements["coverage"].append({**voided.as_measurement(), "test_id": "t::spec-path[candidate]"})
+    report = build_run_report(run)
+    rows = {(r["check"], r["part"]): r for r in report["coverage"]}
+    assert rows[("logprobs", "on the speculative path")]["status"] == "not verified"
+    assert rows[("spec-path", "")]["status"] == "verified" and ("spec-path", "on the speculative path") not in rows
+    assert report["verdict"] == "pilot" and "logprobs: on the speculative path not verified" in report["verdict_reason"]
+
+
+def test_a_crashed_measurement_test_is_a_failed_test_not_silence(tmp_path):
+    """The speed gate carries no family (measured, not judged); when it crashes, that is the suite's failure and
+    the candidate cannot read adopt beside it (it did, silently, on a run with --prompts). Passing, it counts for
+    nothing."""
+    from types import SimpleNamespace
+
+    from spec_route_suite.reports.collector import UNJUDGED, UNJUDGED_PROPERTY
+
+    def report(outcome: str) -> SimpleNamespace:
+        return SimpleNamespace(nodeid="stressors/test_speed.py::test_speed_gate[candidate]", when="call",
+                               outcome=outcome, failed=outcome == "failed", passed=outcome == "passed",
+                               skipped=False, duration=0.1, longrepr="IndexError: list index out of range",
+                               user_properties=[(UNJUDGED_PROPERTY, "1")])
+    passed = collector(tmp_path)
+    passed.pytest_runtest_logreport(report("passed"))
+    assert build_run_report(passed)["verdict"] == "adopt"
+    crashed = collector(tmp_path)
+    crashed.pytest_runtest_logreport(report("failed"))
+    built = build_run_report(crashed)
+    assert crashed.outcomes["stressors/test_speed.py::test_speed_gate[candidate]"].check == UNJUDGED
+    assert built["verdict"] == "wait" and "1 failed check(s)" in built["verdict_reason"]
+    assert built["route_verdicts"]["candidate"]["verdict"] == "wait"
+    assert "1 failed check(s)" in render_summary(built)

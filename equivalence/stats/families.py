@@ -84,6 +84,23 @@ class TokenStats:
             self.pit.extend(summary.mass_before[token] + rng.random(count) * summary.probs[token])
 
 
+    def results(self) -> dict[str, "FamilyResult"]:
+        """The token families: PIT by KS and AD, the top-1 rate and log-likelihood z-tests."""
+        uniform = uniformity(self.pit)
+        top1, loglik = self.ztests.top1.result(), self.ztests.loglik.result()
+        violations = {"support_violations": self.ztests.support_violations}
+        return {
+            "pit_ks": FamilyResult(uniform.ks_pvalue, {"statistic": uniform.ks_statistic, "tokens": uniform.n,
+                                                       "mean_pit": uniform.mean, **violations}),
+            "pit_ad": FamilyResult(uniform.ad_pvalue, {"statistic": uniform.ad_statistic, "tokens": uniform.n,
+                                                       **violations}),
+            "top1_rate": FamilyResult(top1.pvalue, {"z": top1.z, "observed": top1.observed,
+                                                    "expected": top1.expected, "tokens": top1.n}),
+            "loglik_z": FamilyResult(loglik.pvalue, {"z": loglik.z, "observed": loglik.observed,
+                                                     "expected": loglik.expected, "tokens": loglik.n}),
+        }
+
+
 class Evidence:
     """Both arms' samples of every prompt of one setting, and both arms' per-token statistics.
 
@@ -175,20 +192,8 @@ class Evidence:
             probs.append(part.probabilities(lambda prefix, p=prompt: oracle.prefix_prob(p, prefix)))
             counts.append(part.counts(arm.sequences))
         gof = goodness_of_fit(counts, probs)
-        uniform = uniformity(tokens.pit)
-        top1, loglik = tokens.ztests.top1.result(), tokens.ztests.loglik.result()
-        violations = {"support_violations": tokens.ztests.support_violations}
-        return {
-            "goodness_of_fit": FamilyResult(gof.pvalue, {"statistic": gof.statistic, "df": gof.df}),
-            "pit_ks": FamilyResult(uniform.ks_pvalue, {"statistic": uniform.ks_statistic, "tokens": uniform.n,
-                                                       "mean_pit": uniform.mean, **violations}),
-            "pit_ad": FamilyResult(uniform.ad_pvalue, {"statistic": uniform.ad_statistic, "tokens": uniform.n,
-                                                       **violations}),
-            "top1_rate": FamilyResult(top1.pvalue, {"z": top1.z, "observed": top1.observed,
-                                                    "expected": top1.expected, "tokens": top1.n}),
-            "loglik_z": FamilyResult(loglik.pvalue, {"z": loglik.z, "observed": loglik.observed,
-                                                     "expected": loglik.expected, "tokens": loglik.n}),
-        }
+        return {"goodness_of_fit": FamilyResult(gof.pvalue, {"statistic": gof.statistic, "df": gof.df}),
+                **tokens.results()}
 
     def prompt_report(self, *, decode: Callable[[Sequence[int]], str] | None, prompt_ids: Sequence[str],
                       limit: int = 5) -> list[dict]:

@@ -66,20 +66,29 @@ class ProbabilityOracle:
             self._summary[key] = summarize(processed_probs(self.raw_row(prompt, prefix), self.setting))
         return self._summary[key]
 
+    def next_probs(self, prompt: int, prefix: Sequence[int]) -> np.ndarray:
+        """The processed next-token distribution after `prefix` (exact: whole-vocabulary rows)."""
+        return self.summary(prompt, prefix).probs
+
     def prefix_prob(self, prompt: int, prefix: Sequence[int]) -> float:
         """P(a sample of this setting starts with `prefix`)."""
-        prefix = tuple(prefix)
-        prob = 1.0
-        for t, token in enumerate(prefix):
-            prob *= self.summary(prompt, prefix[:t]).probs[token]
-            if prob == 0.0:
-                break
-        return prob
+        return chained_prob(lambda head: self.next_probs(prompt, head), prefix)
 
     def raw_loglik(self, prompt: int, sequence: Sequence[int]) -> float:
         """Log-likelihood of the sequence under the raw target (temperature 1, no truncation)."""
         seq = tuple(sequence)
         return float(sum(self.raw_row(prompt, seq[:t])[token] for t, token in enumerate(seq))) if seq else 0.0
+
+
+def chained_prob(next_probs, prefix: Sequence[int]) -> float:
+    """P(a sample starts with `prefix`): the product of each token's probability after the tokens before it."""
+    prefix = tuple(prefix)
+    prob = 1.0
+    for t, token in enumerate(prefix):
+        prob *= float(next_probs(prefix[:t])[token])
+        if prob == 0.0:
+            break
+    return prob
 
 
 def rows_from_top(top: Sequence[tuple[int, float]], vocab: int) -> np.ndarray:

@@ -15,7 +15,9 @@ Which sample builds the bins matters for validity:
   chi-square approximation) stays exact. Bins from the baseline arm alone would be biased: a bin
   is picked because the baseline's count in it is high, which inflates the statistic.
 - goodness of fit: the baseline arm only, which is independent of the candidate's sample: fixed in
-  advance as far as the tested data is concerned.
+  advance as far as the tested data is concerned; or, where no baseline arm is drawn (the one-sample
+  design), the baseline's exact probabilities themselves (`probability_partition`), the same growth
+  with P(prefix) in place of a count: fixed before any sample exists.
 """
 from __future__ import annotations
 
@@ -117,36 +119,78 @@ def build_partition(sequences: Iterable[Sequence[int]], *, max_depth: int, max_c
             children.setdefault(prefix[:-1], []).append(prefix)
     for kids in children.values():
         kids.sort(key=lambda p: (-prefix_counts[p], p))  # most frequent first, ties by token id
+    return grow_partition(lambda node: children.get(node, []), prefix_counts.__getitem__, max_depth=max_depth,
+                          max_cells=max_cells, min_size=min_count)
+
+
+def probability_partition(next_probs: Callable[[Prefix], np.ndarray], *, max_depth: int, min_prob: float,
+                          max_cells: int = MAX_CELLS, stop_ids: Iterable[int] = ()) -> Partition:
+    """Bins fixed in advance from exact probabilities, for a one-sample test (no sample builds them).
+
+    The same growth as `build_partition` with P(a sample starts with the prefix) in place of a count:
+    `next_probs(prefix)` is the processed next-token distribution after the prefix (only the expanded
+    nodes are asked, about one per cell). A prefix ending in a stop id has no continuation. Being a
+    function of the probabilities alone, the bins are independent of every sample: fixed in advance.
+    """
+    stops = frozenset(stop_ids)
+    mass: dict[Prefix, float] = {(): 1.0}
+
+    def children(node: Prefix) -> list[Prefix]:
+        if node and node[-1] in stops:
+            return []
+        probs = np.asarray(next_probs(node), dtype=np.float64)
+        order = np.lexsort((np.arange(len(probs)), -probs))   # most probable first, ties by token id
+        kids = []
+        for token in order:
+            kid_mass = mass[node] * float(probs[token])
+            if kid_mass < min_prob:
+                break
+            kid = node + (int(token),)
+            mass[kid] = kid_mass
+            kids.append(kid)
+        return kids
+
+    return grow_partition(children, mass.__getitem__, max_depth=max_depth, max_cells=max_cells, min_size=min_prob)
+
+
+def grow_partition(children_of: Callable[[Prefix], list[Prefix]], size_of: Callable[[Prefix], float], *,
+                   max_depth: int, max_cells: int, min_size: float) -> Partition:
+    """Repeatedly peel the largest cell's largest child (children_of: largest first, each >= min_size)."""
     peeled: dict[Prefix, list[Prefix]] = {(): []}
-    remaining: dict[Prefix, int] = {(): prefix_counts[()]}  # the count left in each node's own cell
-    sparse: set[Prefix] = set()                             # nodes whose remainder went to "other"
-    heap = [(-prefix_counts[()], ())]  # largest cell first; ties by prefix, never by sample order
+    remaining: dict[Prefix, float] = {(): size_of(())}  # the size left in each node's own cell
+    sparse: set[Prefix] = set()                          # nodes whose remainder went to "other"
+    kids_of: dict[Prefix, list[Prefix]] = {}
+    heap = [(-remaining[()], ())]  # largest cell first; ties by prefix, never by sample order
     cells = 1
     while heap:
         negative, node = heapq.heappop(heap)
         if -negative != remaining[node] or node in sparse:
             continue  # stale entry
-        kids = [c for c in children.get(node, []) if c not in peeled[node]] if len(node) < max_depth else []
+        if len(node) >= max_depth:
+            continue
+        if node not in kids_of:
+            kids_of[node] = children_of(node)
+        kids = [c for c in kids_of[node] if c not in peeled[node]]
         if not kids:
             continue
         kid = kids[0]
-        rest = remaining[node] - prefix_counts[kid]
-        if rest >= min_count and cells + 1 > max_cells - 1:  # one cell stays reserved for "other"
+        rest = remaining[node] - size_of(kid)
+        if rest >= min_size and cells + 1 > max_cells - 1:  # one cell stays reserved for "other"
             continue
         peeled[node].append(kid)
-        peeled[kid], remaining[kid] = [], prefix_counts[kid]
+        peeled[kid], remaining[kid] = [], size_of(kid)
         remaining[node] = rest
-        if rest >= min_count:
+        if rest >= min_size:
             cells += 1
             heapq.heappush(heap, (-rest, node))
         else:
             sparse.add(node)  # nothing (or too little) left: the node's own cell goes to "other"
-        heapq.heappush(heap, (-prefix_counts[kid], kid))
+        heapq.heappush(heap, (-size_of(kid), kid))
     ordered = sorted((n for n in peeled if n not in sparse), key=lambda n: (-remaining[n], n))
     cell_of = {node: i for i, node in enumerate(ordered)}
     nodes = tuple((n, cell_of.get(n, OTHER), tuple(peeled[n])) for n in sorted(peeled))
-    other_count = sum(remaining[n] for n in sparse)
+    other_size = sum(remaining[n] for n in sparse)
     part = Partition(nodes=nodes, cells=len(ordered))
-    if 0 < other_count < min_count and ordered:
+    if 0 < other_size < min_size and ordered:
         part = Partition(nodes=nodes, cells=len(ordered), other_into=len(ordered) - 1)  # the smallest cell
     return part

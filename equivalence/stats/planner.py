@@ -73,7 +73,7 @@ def min_detectable_tv(samples: int, *, alpha: float, power: float, prompts: int,
 class Budget:
     """What a run samples and what it can see: quoted in every distribution finding."""
 
-    samples_per_prompt: int   # per arm, per prompt, per sampling setting (the whole sequential budget)
+    samples_per_prompt: int   # per arm (the candidate's alone when one-sample), per prompt, per sampling setting
     prompts: int
     tokens: int               # generated tokens per sample
     level: float              # the gate's share of alpha at its final look
@@ -81,21 +81,26 @@ class Budget:
     detect_tv: float          # the shift the budget was planned for
     min_detectable_tv: float  # the shift it can actually see with `power`
     limited_by: str           # "detect-tv", "samples-per-prompt" or "serial route cap"
+    one_sample: bool = False  # sized for the candidate's samples against exact probabilities (no baseline arm)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
 def plan_budget(*, detect_tv: float, level: float, power: float, prompts: int, tokens: int, inflation: float,
-                override: int | None = None, cap: int | None = None, cells: int = MAX_CELLS) -> Budget:
-    """Samples per prompt for `detect_tv` (times the sequential design's inflation), an override, or a cap."""
-    planned = math.ceil(inflation * two_sample_chisquare_n(detect_tv, alpha=level, power=power, prompts=prompts,
-                                                           cells=cells))
+                override: int | None = None, cap: int | None = None, cells: int = MAX_CELLS,
+                one_sample: bool = False) -> Budget:
+    """Samples per prompt for `detect_tv` (times the sequential design's inflation), an override, or a cap.
+
+    `one_sample`: the candidate's samples against exact probabilities (no baseline arm), else per arm of two."""
+    size = goodness_of_fit_n if one_sample else two_sample_chisquare_n
+    planned = math.ceil(inflation * size(detect_tv, alpha=level, power=power, prompts=prompts, cells=cells))
     samples, limited_by = planned, "detect-tv"
     if override is not None:
         samples, limited_by = override, "samples-per-prompt"
     elif cap is not None and cap < planned:
         samples, limited_by = cap, "serial route cap"
-    mdtv = min_detectable_tv(samples, alpha=level, power=power, prompts=prompts, cells=cells, inflation=inflation)
+    mdtv = min_detectable_tv(samples, alpha=level, power=power, prompts=prompts, cells=cells, inflation=inflation,
+                             two_sample=not one_sample)
     return Budget(samples_per_prompt=samples, prompts=prompts, tokens=tokens, level=level, power=power,
-                  detect_tv=detect_tv, min_detectable_tv=mdtv, limited_by=limited_by)
+                  detect_tv=detect_tv, min_detectable_tv=mdtv, limited_by=limited_by, one_sample=one_sample)

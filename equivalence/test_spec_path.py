@@ -1,0 +1,94 @@
+"""Speculation per request family: logprobs, penalties, chat, n > 1 and json requests must speculate like plain ones.
+
+equivalence/spec_path.py says why and how. Per family, a few greedy requests of that family and the same
+requests plain go to the candidate; each answer states how many tokens were drafted for it (where the engine
+says so per answer). The share that speculated is recorded per family; a family that never speculates while
+plain requests do fails with "speculation silently off for X", and the parity rows of that feature are
+recorded "not verified on the speculative path". A family the route refuses (400, a documented refusal) is
+"not supported" and skipped; a route that states no per-answer drafting is "not verified".
+"""
+from __future__ import annotations
+
+import pytest
+
+from spec_route_suite.equivalence import chat
+from spec_route_suite.equivalence.lean import pick_lean
+from spec_route_suite.equivalence.spec_path import BY_NAME, FAMILIES, MAX_TOKENS, Share, silently_off
+from spec_route_suite.fixtures.prompts.chat import chat_request
+from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.fixtures.routes.errors import CapabilityMissing, FeatureUnsupported
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import spec_path_repro
+
+pytestmark = pytest.mark.check("spec-path")
+PROMPTS = 2
+
+
+def _requests(family, candidate, tokenizer, fitted_prompts, suite_config) -> tuple[list[Request], list[Request]]:
+    """(plain requests, the family's requests), greedy, on a few varied prompts."""
+    if family.name == "chat":
+        records = chat.chat_records(suite_config, PROMPTS)
+        family_reqs = [chat_request(tokenizer, r.messages, max_tokens=MAX_TOKENS, request_id=f"spec-chat-{r.id}")
+                       for r in records]
+        plain = [Request(prompt_ids=r.prompt_ids, max_tokens=MAX_TOKENS, request_id=f"spec-plain-chat-{n}")
+                 for n, r in enumerate(family_reqs)]
+        return plain, family_reqs
+    records = pick_lean(prompt_pool(suite_config), PROMPTS)
+    plain = [Request(prompt_ids=fitted_prompts.ids(r, max_tokens=MAX_TOKENS), max_tokens=MAX_TOKENS,
+                     request_id=f"spec-plain-{r.id}") for r in records]
+    return plain, [family.make(p) for p in plain]
+
+
+@pytest.mark.parametrize("family_name", [f.name for f in FAMILIES])
+def test_speculation_runs_for_every_request_family(family_name, candidate, baseline, tokenizer, fitted_prompts,
+                                                   suite_config, findings):
+    family = BY_NAME[family_name]
+    could = f"speculation silently off for {family.name} requests (parity checks then never test its speculative path)"
+    if family.capability and not candidate.capabilities.has(family.capability):
+        pytest.skip(f"not verified: '{candidate.name}' lacks {family.capability}, so {family.name} requests are "
+                    f"not sent")
+    if (candidate.inventory().extra or {}).get("per_response_evidence") is False:
+        pytest.skip(f"not verified: '{candidate.name}' states no drafting per answer (its server counts drafts only "
+                    f"server-wide), so whether {family.name} requests speculate cannot be seen")
+    plain_reqs, family_reqs = _requests(family, candidate, tokenizer, fitted_prompts, suite_config)
+    if not family_reqs:
+        pytest.skip(f"not verified: no {family.name} prompts in the run's prompt set (--categories)")
+    plain = Share.of([candidate.generate(r) for r in plain_reqs])
+    try:
+        answers = [candidate.generate(r) for r in family_reqs]
+    except (FeatureUnsupported, CapabilityMissing) as exc:
+        findings.cover("spec-path", candidate.name, verified=False, supported=False, could_detect=could,
+                       reason=f"the route refuses {family.name} requests: {exc.describe()[:200]}")
+        pytest.skip(f"not verified: '{candidate.name}' refuses {family.name} requests ({exc.describe()[:200]})")
+    share = Share.of(answers)
+    findings.measure("speculation_share", route=candidate.name, family=family.name, answers=share.answers,
+                     stated=share.stated, speculated=share.speculated, plain_stated=plain.stated,
+                     plain_speculated=plain.speculated)
+    if not share.stated or not plain.stated:
+        pytest.skip(f"not verified: '{candidate.name}' states no drafting per answer, so whether {family.name} "
+                    f"requests speculate cannot be seen")
+    if not plain.speculated:
+        pytest.skip(f"not verified: plain requests did not speculate on '{candidate.name}' either ({plain.phrase()}): "
+                    f"the speculation status of the run says why")
+    findings.cover("spec-path", candidate.name, verified=True, could_detect=could,
+                   ran={"family answers": share.stated, "answers that speculated": share.speculated})
+    if not silently_off(share, plain):
+        return
+    for check, part in family.parity:
+        findings.cover(check, candidate.name, verified=False, part=part, could_detect=f"{check} on speculated answers",
+                       reason=f"not verified on the speculative path: speculation is silently off for "
+                              f"{family.name} requests on '{candidate.name}' ({share.phrase()}; plain: "
+                              f"{plain.phrase()})")
+    title = (f"speculation silently off for {family.name} requests: {share.phrase()}, while plain requests did "
+             f"({plain.phrase()})")
+    findings.add(Finding(check="spec-path", severity="bug", route=candidate.name, title=title,
+                         details={"family": family.name, "family_share": share.phrase(), "plain_share": plain.phrase(),
+                                  "parity_rows_not_verified": [f"{c}: {p}" for c, p in family.parity],
+                                  "requests": [r.request_id for r in family_reqs],
+                                  "draft_tokens": [a.draft_tokens for a in answers],
+                                  "why": "answers stay correct, so every parity check of this feature passes "
+                                         "without exercising the speculative path (vllm#34497, llama.cpp#19231)",
+                                  "repro": spec_path_repro(plain_reqs, family_reqs, family_name=family.name,
+                                                           candidate=candidate, baseline=baseline)}))
+    pytest.fail(f"'{candidate.name}': {title}", pytrace=False)

@@ -1,0 +1,73 @@
+"""The layout rules the design card sets, checked on the source: checks never import an adapter, and each
+engine flavour is one small module overriding a handful of hooks.
+
+Why: what differs per engine lives behind the Route protocol; a check that imports an adapter (to batch
+through its internals, or to branch on its type) works only on the engine it was written against.
+Environment: none.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+from spec_route_suite.fixtures.routes import flavours
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_PACKAGES = ("equivalence", "stressors")
+# what a check may import from fixtures.routes: the protocol's value types, typed errors, text-level helpers,
+# the route spec (kinds, names), the timing proxy
+ROUTE_MODULES_CHECKS_MAY_IMPORT = {"base", "errors", "textlevel", "spec"}
+FLAVOUR_MAX_LINES = 150
+FLAVOUR_MAX_HOOKS = 6
+HOOKS = ("detect", "facts", "acceptance", "per_response", "refusal", "capabilities")
+
+
+def _route_imports(path: Path) -> set[str]:
+    """The fixtures.routes submodules a source file imports (absolute or relative)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if "routes" in parts and "fixtures" in parts:
+                tail = parts[parts.index("routes") + 1:]
+                if tail:
+                    found.add(tail[0])
+    return found
+
+
+def test_no_check_imports_an_adapter():
+    offenders = {}
+    for package in CHECK_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            bad = _route_imports(path) - ROUTE_MODULES_CHECKS_MAY_IMPORT
+            if bad:
+                offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert not offenders, f"checks import adapter modules: {offenders}"
+
+
+def test_the_import_scan_sees_an_adapter_import(tmp_path):
+    """The scan above can fail: an adapter import, absolute or from a function body, is seen."""
+    source = tmp_path / "check.py"
+    source.write_text("def f():\n    from spec_route_suite.fixtures.routes.hf import HFRoute\n"
+                      "from spec_route_suite.fixtures.routes import openai\n")
+    assert _route_imports(source) == {"hf", "openai"}
+
+
+def test_each_flavour_is_one_small_module():
+    registered = flavours._load()
+    assert set(registered) == {"vllm", "sglang", "llama.cpp", "tgi", "generic"}
+    for name, flavour in registered.items():
+        module = inspect.getmodule(type(flavour))
+        lines = len(Path(module.__file__).read_text().splitlines())
+        assert lines <= FLAVOUR_MAX_LINES, f"{name}: {lines} lines"
+        overridden = [h for h in HOOKS if h in vars(type(flavour))]
+        assert len(overridden) <= FLAVOUR_MAX_HOOKS, (name, overridden)
+        assert set(vars(type(flavour))) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
+                                            "__static_attributes__", "name", "engine", "probe_paths",
+                                            "cumulative_counters", "gauge_paths", *HOOKS} == set(), name

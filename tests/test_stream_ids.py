@@ -1,0 +1,116 @@
+"""Streams judged as text and as ids apart (issue #20 part 5), and their accounting against the baseline's stream.
+
+A stream whose token ids are incomplete (`Completion.id_gap`, the ids re-derived from its text) but whose
+text equals the plain answer is no "different answer": the `ids` part is "not verified" (why), the `text`
+part verified; the baseline's stream showing the same gap makes it an engine note; a text difference still
+fails. The accounting rules (usage on the stream) with the reference engine's usage_counts_stop quirk: on
+both routes an engine note, on the candidate only a finding quoting the baseline's stream of the request.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.fixtures.routes.textlevel import retokenize
+from tests.test_greedy_routes import Rewired, Sink, handle, prompts, reference_route, tokenizer
+from tests.test_greedy_streaming import run_stream
+
+GAP = "the stream's logprob entries covered 2 of 18 tokens"
+
+
+def with_gap(req, c: Completion) -> Completion:
+    """The streamed answer with its ids lost, as the OpenAI adapter gives it (openai_answers.py): text-level, ids
+    re-derived from the (unchanged) text, and `id_gap` saying why."""
+    if not req.stream:
+        return c
+    return replace(c, token_ids=retokenize(tokenizer(), c.text), text_level=True, logprobs=None, id_gap=GAP)
+
+
+def damaged_text(req, c: Completion) -> Completion:
+    gapped = with_gap(req, c)
+    return replace(gapped, text=gapped.text + " extra") if req.stream else gapped
+
+
+@pytest.fixture(scope="module")
+def engines():
+    made = {name: reference_route(name, **options) for name, options in (
+        ("plain", {}), ("baseline-quirk", {"quirk": "usage_counts_stop"}), ("candidate-quirk", {"quirk": "usage_counts_stop"}))}
+    yield made
+    for route in made.values():
+        route.batcher.close()
+
+
+def coverage(sink, part: str) -> list[dict]:
+    return [m for kind, m in sink.measurements if kind == "coverage" and m.get("part") == part]
+
+
+def test_equal_text_with_an_id_gap_is_ids_not_verified_not_a_different_answer(engines):
+    candidate = handle(Rewired(engines["plain"], completion=with_gap), "candidate")
+    sink = Sink()
+    failure, found = run_stream(prompts(("math",), 1)[0], candidate, baseline=handle(engines["plain"], "baseline"),
+                                sink=sink)
+    assert failure is None and found == [], failure
+    (ids,) = coverage(sink, "ids")
+    assert ids["verified"] is False and GAP in ids["reason"] and "carries all its ids" in ids["reason"]
+    assert [m["verified"] for m in coverage(sink, "text")] == [True]
+
+
+def test_the_same_gap_on_the_baselines_stream_is_an_engine_note(engines):
+    candidate = handle(Rewired(engines["plain"], completion=with_gap), "candidate")
+    baseline = handle(Rewired(engines["plain"], completion=with_gap), "baseline")
+    sink = Sink()
+    failure, found = run_stream(prompts(("math",), 1)[0], candidate, baseline=baseline, sink=sink)
+    assert failure is None, failure
+    (note,) = found
+    assert note.severity == "engine" and note.route == "baseline" and note.details["rule"] == "ids"
+    (ids,) = coverage(sink, "ids")
+    assert ids["verified"] is False and ids["reason"].startswith("the engine itself does not honour token ids")
+
+
+def test_a_text_difference_with_an_id_gap_still_fails(engines):
+    candidate = handle(Rewired(engines["plain"], completion=damaged_text), "candidate")
+    failure, found = run_stream(prompts(("math",), 1)[0], candidate, baseline=handle(engines["plain"], "baseline"))
+    assert failure and "text differs" in failure
+    (finding,) = [f for f in found if f.severity == "bug"]
+    assert finding.details["ids"] == GAP
+
+
+def test_stream_usage_counting_the_stop_is_engine_behaviour_on_both_and_a_finding_alone(engines):
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(engines["candidate-quirk"], "candidate")
+    failure, found = run_stream(prompt, candidate, True, baseline=handle(engines["baseline-quirk"], "baseline"))
+    assert failure is None, failure
+    assert {f.details["rule"] for f in found if f.severity == "engine"} == {"usage"}
+    assert not [f for f in found if f.severity == "bug"]
+    failure, found = run_stream(prompt, candidate, True, baseline=handle(engines["plain"], "baseline"))
+    assert failure and "usage.completion_tokens=" in failure and "baseline, same request" in failure
+    (bug,) = [f for f in found if f.severity == "bug"]
+    assert bug.details["baseline_control"]["violations"] == ["none: the baseline honours every rule here"]
+
+
+
+def with_last_token_dropped(req, c: Completion) -> Completion:
+    """The streamed answer lacking its last token id while its text and usage stay whole (llama.cpp's /v1 stream
+    omits the logprob entry of its final EOS)."""
+    if not req.stream or not c.token_ids:
+        return c
+    return replace(c, token_ids=c.token_ids[:-1])
+
+
+def test_stream_ids_short_of_the_last_token_like_the_baselines_are_an_engine_note(engines):
+    """Both routes' streams lack the plain answer's last id: engine behaviour (a note, ids not verified); the
+    candidate's alone lacking it is a finding, the baseline's two deliveries quoted as the control."""
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(Rewired(engines["plain"], completion=with_last_token_dropped), "candidate")
+    shared = handle(Rewired(engines["plain"], completion=with_last_token_dropped), "baseline")
+    sink = Sink()
+    failure, found = run_stream(prompt, candidate, baseline=shared, sink=sink)
+    assert failure is None, failure
+    notes = [f for f in found if f.severity == "engine" and f.details["rule"] == "ids"]
+    assert notes and "one token more at its end" in notes[0].title and not [f for f in found if f.severity == "bug"]
+    assert any(m["verified"] is False for m in coverage(sink, "ids"))
+    failure, found = run_stream(prompt, candidate, baseline=handle(engines["plain"], "baseline"))
+    assert failure and "token ids differ" in failure
+    assert [f for f in found if f.severity == "bug"]
