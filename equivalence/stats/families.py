@@ -40,6 +40,15 @@ POINTER_FDR = 0.1
 BASELINE_CHECK_LEVEL = 0.001
 
 
+def most_significant_prompts(pvalues: np.ndarray, prompt_ids: Sequence[str], limit: int) -> list[tuple[int, dict]]:
+    """The `limit` prompts with the smallest p-values, most significant first: (index, the report row's fields
+    every design shares: prompt id, p-value, BH-adjusted p and its flag at POINTER_FDR)."""
+    flagged, adjusted = benjamini_hochberg(pvalues, q=POINTER_FDR)
+    return [(i, {"prompt_id": prompt_ids[i], "pvalue": float(pvalues[i]), "bh_adjusted": float(adjusted[i]),
+                 "flagged": bool(flagged[i])})
+            for i in np.argsort(pvalues, kind="stable")[:limit]]
+
+
 def family_weights(*, scored: bool) -> dict[str, float]:
     """Holm weights of the families a run can compute."""
     others = [n for n in (*ALWAYS, *(SCORED if scored else ())) if n != GATE]
@@ -199,16 +208,13 @@ class Evidence:
                       limit: int = 5) -> list[dict]:
         """Per prompt: gate p-value, BH-adjusted p, flag, bins and counts; most significant first."""
         gate, partitions, tables = self.gate()
-        pvalues = gate.stratum_pvalues()
-        flagged, adjusted = benjamini_hochberg(pvalues, q=POINTER_FDR)
         rows = []
-        for i in np.argsort(pvalues, kind="stable")[:limit]:
+        for i, shared in most_significant_prompts(gate.stratum_pvalues(), prompt_ids, limit):
             table = tables[i]
             totals = table.sum(axis=1, keepdims=True).clip(min=1)
             stratum = two_sample_stratum(table)
             rows.append({
-                "prompt_id": prompt_ids[i], "pvalue": float(pvalues[i]), "bh_adjusted": float(adjusted[i]),
-                "flagged": bool(flagged[i]), "statistic": stratum.statistic, "df": stratum.df,
+                **shared, "statistic": stratum.statistic, "df": stratum.df,
                 "observed_tv": float(0.5 * np.abs(table[0] / totals[0] - table[1] / totals[1]).sum()),
                 "bins": partitions[i].describe(decode), "baseline_counts": table[0].tolist(),
                 "candidate_counts": table[1].tolist(),

@@ -26,13 +26,11 @@ from typing import Callable, Iterable, Protocol, Sequence
 import numpy as np
 
 from .chisquare import ChiSquareResult, goodness_of_fit, goodness_of_fit_stratum
-from .families import GATE_WEIGHT, ArmSamples, FamilyResult, TokenStats
-from .multiple import benjamini_hochberg
+from .families import GATE_WEIGHT, ArmSamples, FamilyResult, TokenStats, most_significant_prompts
 from .partition import Partition, probability_partition
 
 SCORED_GATE = "goodness_of_fit"
 TOKEN_FAMILIES = ("pit_ks", "pit_ad", "top1_rate", "loglik_z")
-POINTER_FDR = 0.1
 # A cell is formed when its expected count at the final look is >= this (>= 5 at the half-budget screen);
 # smaller expected counts are pooled at each look by the goodness of fit itself (chisquare.py).
 MIN_CELL_EXPECTED = 10
@@ -122,16 +120,13 @@ class ScoredEvidence:
                       limit: int = 5) -> list[dict]:
         """Per prompt: goodness-of-fit p-value, BH-adjusted p, flag, bins, counts and expected counts."""
         gate, bins, counts = self.gate()
-        pvalues = gate.stratum_pvalues()
-        flagged, adjusted = benjamini_hochberg(pvalues, q=POINTER_FDR)
         rows = []
-        for i in np.argsort(pvalues, kind="stable")[:limit]:
+        for i, shared in most_significant_prompts(gate.stratum_pvalues(), prompt_ids, limit):
             observed, probs = counts[i], self.cell_probs[i]
             n = max(int(observed.sum()), 1)
             stratum = goodness_of_fit_stratum(observed, probs)
             rows.append({
-                "prompt_id": prompt_ids[i], "pvalue": float(pvalues[i]), "bh_adjusted": float(adjusted[i]),
-                "flagged": bool(flagged[i]), "statistic": stratum.statistic, "df": stratum.df,
+                **shared, "statistic": stratum.statistic, "df": stratum.df,
                 "observed_tv": float(0.5 * np.abs(observed / n - probs).sum()),
                 "bins": bins[i].describe(decode), "expected_counts": [round(float(p * n), 1) for p in probs],
                 "candidate_counts": observed.tolist(),
