@@ -161,3 +161,43 @@ def test_engines_without_a_preemption_counter_state_none():
             "max_running_requests": 8, "max_total_num_tokens": 4096}
     facts = by_name("sglang").facts(probes({"/get_server_info": info}))
     assert (facts.boundaries, facts.slots, facts.kv_capacity) == ({"chunked_prefill_tokens": 0}, 8, 4096)
+
+
+LLAMA_SAMPLER_DEFAULTS = {"top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0, "top_n_sigma": -1.0,
+                          "xtc_probability": 0.0, "repeat_penalty": 1.0, "mirostat": 0,
+                          "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                                       "temperature"]}   # llama.cpp's own /props, common/common.h defaults
+
+
+def test_llama_cpp_requests_switch_off_the_samplers_its_server_runs_by_default(tmp_path):
+    """A llama.cpp server samples with top-k 40 and min-p 0.05 unless told otherwise, and applies top-p before
+    temperature: an OpenAI request that names none of them would sample from a chain the scoring test does not
+    compute. Whatever the wire, a llama.cpp route sends them off and the suite's order; a request's own values
+    win; a generic server never sees those fields; the facts say which defaults were overridden."""
+    from spec_route_suite.fixtures.routes.base import Request
+    from spec_route_suite.fixtures.routes.registry import build_route
+    from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, spec_from_table
+    props = {**LLAMA_PROPS, "default_generation_settings": {"n_ctx": 512, "params": LLAMA_SAMPLER_DEFAULTS}}
+    facts = by_name("llama.cpp").facts(probes({"/props": props, "/v1/models": LLAMA_MODELS}))
+    assert facts.extra["sampler_defaults_switched_off"] == {
+        "top_k": 40, "min_p": 0.05, "samplers": LLAMA_SAMPLER_DEFAULTS["samplers"]}
+    order = ["top_k", "temperature", "top_p", "min_p"]
+    for kind in ("openai", "llama-cpp"):
+        route = build_route(spec_from_table("c", {"kind": kind, "base_url": "http://127.0.0.1:18200", "model": "m",
+                                                  "tokenizer": str(EMBEDDED_MODELS / "target")}, base=tmp_path))
+        route.flavour = by_name("llama.cpp")   # what server_facts detects on a llama.cpp server
+        plain = Request(prompt_ids=(1, 2), max_tokens=3, temperature=1.0, top_p=0.9)
+        payload = route.completion_payload(plain)
+        assert (payload["top_k"], payload["min_p"], payload["top_p"], payload["samplers"]) == (0, 0.0, 0.9, order), kind
+        named = route.completion_payload(Request(prompt_ids=(1, 2), max_tokens=3, temperature=1.0, top_k=20, min_p=0.1))
+        assert (named["top_k"], named["min_p"]) == (20, 0.1), kind
+    route = build_route(spec_from_table("c", {"kind": "openai", "base_url": "http://127.0.0.1:18200", "model": "m",
+                                              "tokenizer": str(EMBEDDED_MODELS / "target")}, base=tmp_path))
+    route.flavour = by_name("llama.cpp")
+    chat = route.chat_payload([("user", "hi")], plain)
+    assert (chat["top_k"], chat["min_p"], chat["samplers"]) == (0, 0.0, order)
+    for name in ("generic", "vllm"):
+        route.flavour = by_name(name)
+        payload = route.completion_payload(plain)
+        assert not {"top_k", "min_p", "samplers", "typical_p"} & set(payload), name
+    assert by_name("llama.cpp").facts(llama(True)).extra["sampler_defaults_switched_off"] == {}   # /props says none

@@ -347,3 +347,46 @@ def test_the_slot_gauge_sees_requests_served_together(openai_handles, prompts):
                 for n, p in enumerate(ids * 2)]
     handle.generate_concurrently(requests, concurrency=8)
     assert handle.run(handle.route.engine_batch_peak()) >= 2
+
+
+DEEP_RANK = 50   # past the server's default top-k 40, with room for rank swaps between two engines' float sums
+
+
+def test_an_openai_route_samples_the_chain_it_states_not_the_servers_default_samplers(openai_handles, prompts):
+    """llama.cpp samples with top-k 40 and min-p 0.05 unless a request names them, and applies top-p before
+    temperature (its /props says so). The route switches those defaults off and sends the suite's order, so a
+    request samples the distribution the scoring test computes from the model: tokens past rank 40 are drawn,
+    and top-p keeps the tempered top set. Control: the same requests naming top-k 40 never draw past it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    _, ids = prompts
+    handle, prompt, temperature, n = openai_handles["baseline"], ids[3], 2.0, 96
+    model = AutoModelForCausalLM.from_pretrained(str(EMBEDDED_MODELS / "target"))
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1].double()
+    tempered = torch.softmax(logits / temperature, -1)
+    order = tempered.argsort(descending=True)
+    deep = set(order[DEEP_RANK:].tolist())
+    assert float(tempered[order[DEEP_RANK:]].sum()) * n >= 8, "the prompt's tail is too thin for this test to fail"
+
+    def draws(**kw) -> list[int]:
+        reqs = [Request(prompt_ids=prompt, max_tokens=1, temperature=temperature, seed=s, request_id=f"chain{s}", **kw)
+                for s in range(n)]
+        outs = handle.generate_concurrently(reqs, concurrency=4)
+        assert not [o for o in outs if isinstance(o, Exception)], outs
+        # a token inside a multi-byte character has no logprobs entry (its id unknown): that answer says so
+        return [out.token_ids[0] for out in outs if not out.id_gap]
+
+    assert sum(t in deep for t in draws()) >= 1
+    assert sum(t in deep for t in draws(top_k=40)) == 0                    # the control: top-k 40 is visible
+    assert handle.inventory().extra["sampler_defaults_switched_off"]["top_k"] == 40
+
+    top_p = 0.5   # applied to the tempered distribution (the suite's order), not to the raw one (llama.cpp's default)
+    def nucleus(probs: torch.Tensor) -> set[int]:
+        sorted_probs, idx = probs.sort(descending=True)
+        return set(idx[(sorted_probs.cumsum(0) - sorted_probs) < top_p].tolist())
+    tempered_set, raw_set = nucleus(tempered), nucleus(torch.softmax(logits, -1))
+    only_tempered = tempered_set - raw_set
+    assert float(tempered[list(only_tempered)].sum()) / float(tempered[list(tempered_set)].sum()) * n >= 8
+    picked = draws(top_p=top_p)
+    assert sum(t in only_tempered for t in picked) >= 1, "top-p was applied before temperature"

@@ -669,3 +669,28 @@ def test_engine_gauge_sees_requests_served_together(server, toy_tokenizer):
     assert asyncio.run(load(1)) == 1
     server.faults = {"bare"}
     assert call(OpenAIRoute(make_spec(server.v1, toy_tokenizer)), "engine_batch_peak", reset=True) is None
+
+
+# llama.cpp's /v1/completions answer (its own words, this repo's f32 target at T=2) for a token that ends inside a
+# multi-byte character: the text is U+FFFD and the entries that carry ids on this server are absent
+LLAMA_NO_ENTRIES = {"choices": [{"text": "\ufffd", "index": 0, "logprobs": None, "finish_reason": "length"}],
+                    "object": "text_completion", "system_fingerprint": "b1-0c1e570",
+                    "usage": {"completion_tokens": 1, "prompt_tokens": 30, "total_tokens": 31}}
+
+
+def test_one_answer_without_logprobs_entries_is_that_answers_gap_not_the_routes(tmp_path):
+    """On a server whose ids come inside logprobs entries, an answer without entries has incomplete ids: it is
+    marked as such (text-level, id_gap) and the route keeps its logprobs; only a server never seen giving ids in
+    entries is told it lacks them."""
+    from spec_route_suite.fixtures.routes.openai_answers import NO_ENTRIES
+    from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, spec_from_table
+    spec = spec_from_table("c", {"kind": "openai", "base_url": "http://127.0.0.1:18210/v1", "model": "m",
+                                 "tokenizer": str(EMBEDDED_MODELS / "target")}, base=tmp_path)
+    req = Request(prompt_ids=(1, 2), max_tokens=1, temperature=2.0, logprobs=1, request_id="byte")
+    learned = build_route(spec)
+    learned._id_sources["completions"] = "logprobs"
+    answer = learned.parse_completion(LLAMA_NO_ENTRIES, req)
+    assert answer.id_gap == NO_ENTRIES and answer.text_level and answer.text == "\ufffd"
+    assert learned.capabilities.logprobs and not learned.capabilities.text_level
+    with pytest.raises(CapabilityMissing):
+        build_route(spec).parse_completion(LLAMA_NO_ENTRIES, req)

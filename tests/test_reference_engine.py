@@ -317,3 +317,33 @@ def test_logit_noise_splits_only_at_near_ties(loop, make, prompt_ids, ar_outputs
     assert margins, f"noise {noise} split no greedy output on {len(names)} prompts"
     bound = 4 * 2 ** 0.5 * noise  # 4 sigma of the difference of two noisy logits
     assert max(margins) <= bound, f"a split at margin {max(margins):.3g}: not a near-tie at noise {noise}"
+
+
+def test_rows_reading_one_shared_prompt_copy_compute_what_copied_rows_compute():
+    """sample_n's rows read one copy of their prompt's KV (shared_prefix.py) instead of one each: through forwards,
+    rollbacks, rows leaving, a padded prompt of another length and a late copy into the rows (materialize, as a
+    kv_slot_swap needs), their logits are the copied rows' to float rounding."""
+    from transformers import AutoModelForCausalLM
+    from spec_route_suite.fixtures.routes.reference.prefill import prefilled
+    model = AutoModelForCausalLM.from_pretrained(str(TARGET_DIR), dtype=torch.float32).eval()
+    contexts = [[1, 5, 9, 14, 20, 33, 7], [1, 8, 8, 3, 12]] * 3 + [[1, 5, 9, 14, 20, 33, 7]]
+    with torch.inference_mode():
+        copied, shared = (prefilled(model, contexts, chunk=3, share=s) for s in (False, True))
+        assert shared.shared is not None and copied.shared is None and shared.known(0) == copied.known(0) == 6
+
+        def both(step) -> None:
+            a, b = step(copied), step(shared)
+            assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+            assert [copied.known(r) for r in range(copied.rows)] == [shared.known(r) for r in range(shared.rows)]
+
+        both(lambda kv: kv.forward([[c[-1], 40 + r] for r, c in enumerate(contexts)]))
+        for kv in (copied, shared):
+            kv.rollback(2, kv.known(2) - 1)   # a rejected draft
+            kv.drop([0, 4])
+        assert shared.shared is not None and shared.rows == 5
+        both(lambda kv: kv.forward([[50 + r] * (1 + r % 2) for r in range(kv.rows)]))
+        for kv in (copied, shared):
+            kv.swap_rows(1, 3)
+            kv.swap_rows(1, 3)
+        assert shared.shared is None   # copied into the rows before their columns moved
+        both(lambda kv: kv.forward([[60 + r] for r in range(kv.rows)]))
