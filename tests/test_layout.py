@@ -70,4 +70,5 @@ def test_each_flavour_is_one_small_module():
         assert len(overridden) <= FLAVOUR_MAX_HOOKS, (name, overridden)
         assert set(vars(type(flavour))) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
                                             "__static_attributes__", "name", "engine", "probe_paths",
-                                            "cumulative_counters", "gauge_paths", *HOOKS} == set(), name
+                                            "cumulative_counters", "gauge_paths", "neutral_sampling",
+                                            *HOOKS} == set(), name
