@@ -1,7 +1,8 @@
 """How each repro script judges what it resent: one judge per kind of finding, each with its control.
 
-Written into every repro script verbatim after reports/repro_runtime.py (the line marked SUITE_ONLY is left
-out there: the script has those names already), so like it: python3 and httpx only. A judge takes the case
+Written into every repro script after reports/repro_runtime.py, cut to the script's judge and what it uses
+(reports/judge_source.py; the line marked SUITE_ONLY is left out: the script has those names already), so
+like it: python3 and httpx only. A judge takes the case
 (DATA["cases"][n]), the candidate's and the baseline's Server and how many attempts an intermittent failure
 gets, and returns outcome(reproduced, the baseline shows it, lines to print).
 Environment: none.

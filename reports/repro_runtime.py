@@ -1,4 +1,5 @@
-"""The body of every repro script: reports/repro.py writes this file and reports/repro_judges.py verbatim, then DATA.
+"""The body of every repro script: reports/repro.py writes this file verbatim, then its judge from
+reports/repro_judges.py (reports/judge_source.py), then DATA.
 
 Why standalone: a maintainer runs the script with python3 and httpx only, against two servers: the
 candidate (the speculative route) and the baseline (the same engine without speculation). Every case

@@ -76,7 +76,7 @@ class SlowRoute:
     capabilities = Capabilities(concurrency=True)
 
     async def generate(self, req):
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
         return Completion(token_ids=(1,), text="x", finish_reason="stop", route=self.name)
 
 
@@ -103,5 +103,12 @@ def test_xdist_controller_prints_the_workers_load_progress(tmp_path: Path):
         re.search(r"test_long_load\[\d\]", line).group() for line in ends}, result.stdout
     running = [LINE.search(line) for line in lines if line not in ends]
     assert running and all(running), lines       # stdout is a pipe here: plain lines, not a status line
-    assert all(0 < int(m.group(1)) < 60 and m.group(2) == "60" for m in running)
-    assert len(lines) <= 2 * (1.5 / 0.5 + 3), "at most one line per check every 0.5 s, plus its end"
+    # a board is written every 0.5 s, so a line may still read 0/60 (before the first answer was written) or
+    # 60/60 (the last answer written, the load's end not yet): timing, not a fault. Counts only grow per check,
+    # and some line saw a load midway: the workers' progress reached the controller while it ran.
+    for check in ("test_long_load[0]", "test_long_load[1]"):
+        counts = [int(LINE.search(line).group(1)) for line in lines if check in line and line not in ends]
+        assert counts == sorted(counts), lines
+    assert all(0 <= int(m.group(1)) <= 60 and m.group(2) == "60" for m in running), lines
+    assert any(0 < int(m.group(1)) < 60 for m in running), lines
+    assert len(lines) <= 2 * (3.0 / 0.5 + 3), "at most one line per check every 0.5 s, plus its end"
