@@ -98,6 +98,19 @@ def test_vllm_max_logprobs_narrows_the_capability():
     assert caps.logprobs == facts.extra["engine_config"]["max_logprobs"]
 
 
+def test_llama_cpp_logprobs_cover_a_small_vocabulary_whole():
+    """llama.cpp's n_probs has no cap: a vocabulary its /v1/models states, up to WHOLE_VOCABULARY tokens, is the
+    route's logprobs capability (every sampling setting scored exactly); a larger or unstated one keeps 20."""
+    def caps_for(meta: dict) -> Capabilities:
+        models = {"object": "list", "data": [{"id": "tiny-target", "owned_by": "llamacpp", "meta": meta}]}
+        facts = by_name("llama.cpp").facts(probes({"/props": LLAMA_PROPS, "/v1/models": models}))
+        return by_name("llama.cpp").capabilities(facts, Capabilities(logprobs=20, prompt_logprobs=True))
+    assert caps_for({"n_ctx": 512, "n_vocab": 512}).logprobs == 512
+    assert caps_for({"n_ctx": 512, "n_vocab": 151_936}).logprobs == 20
+    assert caps_for({"n_ctx": 512}).logprobs == 20
+    assert not caps_for({"n_vocab": 512}).prompt_logprobs
+
+
 def test_sglang_and_tgi_state_context_and_speculation():
     info = recorded("sglang_server_info.json")["get_server_info"]
     sglang = by_name("sglang").facts(probes({"/get_server_info": info}, model="toy"))
