@@ -4,8 +4,9 @@ A check puts a repro block on its finding (reports/repro_spec.py): the exact req
 and the baseline's servers receive them, and the judge. Here the blocks of one cluster (up to MAX_CASES of
 its findings) become one script: a docstring saying what it does and how to run it, the code
 (reports/repro_runtime.py verbatim and its judge cut from reports/repro_judges.py by reports/judge_source.py:
-python3 + httpx, nothing of this suite) and the cases as DATA. An in-process route (hf, reference) is addressed as the in-process server serves it; the docstring gives the
-command that starts it. API keys are read from the variables the routes name, never written out.
+python3 + httpx, nothing of this suite) and the cases as DATA. An in-process route (hf, reference) is
+addressed as the in-process server serves it; the docstring gives the command that starts it. API keys are
+read from the variables the routes name, never written out.
 Environment: none.
 """
 from __future__ import annotations
