@@ -7,9 +7,9 @@ overflowed the KV pool.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import json
-import re
 import types
 
 import pytest
@@ -33,10 +33,10 @@ def unresolved(judge_code: str) -> set[str]:
     exec(compile(RUNTIME.read_text() + "\n\n" + judge_code, "repro_script", "exec"), namespace)
     cut = compile(judge_code, "cut", "exec")
     functions = [c for c in _code_objects(cut) if c is not cut]
-    read = {name for code in functions for name in code.co_names}
-    # attribute names are in co_names too: only names that look global (defined nowhere as an attribute) count
-    attributes = {m.group(1) for m in re.finditer(r"\.([A-Za-z_]\w*)", judge_code)}
-    return {n for n in read - attributes if n not in namespace and not hasattr(builtins, n)}
+    # co_names holds attribute names too: a global read is one that also occurs as a bare name in the cut
+    bare = {n.id for n in ast.walk(ast.parse(judge_code)) if isinstance(n, ast.Name)}
+    read = {name for code in functions for name in code.co_names} & bare
+    return {n for n in read if n not in namespace and not hasattr(builtins, n)}
 
 
 @pytest.mark.parametrize("judge", sorted(judge_functions()))
