@@ -29,12 +29,12 @@ from pathlib import Path
 
 import httpx
 
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.routes.registry import build_route
-from spec_route_suite.fixtures.routes.spec import parse_route_uri
-from spec_route_suite.fixtures.routes.timing import TimedRoute
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import parse_route_uri
+from spec_route_suite.routes.timing import TimedRoute
+from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.driver import burst, drive_handle, plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
-from spec_route_suite.fixtures.routes.hf import load_tokenizer  # noqa: E402
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop  # noqa: E402
-from spec_route_suite.fixtures.routes.reference.route import ReferenceRoute, load_model  # noqa: E402
-from spec_route_suite.fixtures.routes.spec import parse_route_uri  # noqa: E402
-from spec_route_suite.fixtures.session import RouteHandle  # noqa: E402
+from spec_route_suite.routes.hf import load_tokenizer  # noqa: E402
+from spec_route_suite.routes.loop import BackgroundLoop  # noqa: E402
+from spec_route_suite.reference.route import ReferenceRoute, load_model  # noqa: E402
+from spec_route_suite.routes.spec import parse_route_uri  # noqa: E402
+from spec_route_suite.session import RouteHandle  # noqa: E402
 from spec_route_suite.stressors.canary import build_workload, mean_latency, renderer, serial_references  # noqa: E402
 from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS  # noqa: E402
 from spec_route_suite.stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin  # noqa: E402

@@ -68,10 +68,10 @@ class Bench:
         import torch
         from spec_route_suite.fixtures.prompts.encode import encode_record
         from spec_route_suite.fixtures.prompts.records import load_prompt_set
-        from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-        from spec_route_suite.fixtures.routes.registry import build_route
-        from spec_route_suite.fixtures.routes.spec import default_baseline
-        from spec_route_suite.fixtures.session import RouteHandle
+        from spec_route_suite.routes.loop import BackgroundLoop
+        from spec_route_suite.routes.registry import build_route
+        from spec_route_suite.routes.spec import default_baseline
+        from spec_route_suite.session import RouteHandle
         torch.set_num_threads(1)
         self.loop = BackgroundLoop()
         spec = default_baseline()
@@ -86,9 +86,9 @@ class Bench:
                         for s in GRID}
 
     def candidate(self, fault: str | None):
-        from spec_route_suite.fixtures.routes.registry import build_route
-        from spec_route_suite.fixtures.routes.spec import parse_route_uri
-        from spec_route_suite.fixtures.session import RouteHandle
+        from spec_route_suite.routes.registry import build_route
+        from spec_route_suite.routes.spec import parse_route_uri
+        from spec_route_suite.session import RouteHandle
         spec = parse_route_uri("candidate", "reference:" + (f"?fault={fault}" if fault else ""), base=Path("."))
         return RouteHandle(build_route(spec), spec, self.loop, 600)
 

@@ -38,8 +38,8 @@ def prompt_of(tokenizer, length: int, variant: int) -> tuple[int, ...]:
 
 def measure(route, length: int, rows: int, *, copied: bool = False) -> tuple[float, dict[str, float]]:
     """Seconds to sample `rows` rows over PROMPTS prompts of `length` tokens, and each cost's seconds."""
-    from spec_route_suite.fixtures.routes.base import Request
-    from spec_route_suite.fixtures.routes.reference.route import SAMPLE_N_BATCH, _length_groups
+    from spec_route_suite.routes.base import Request
+    from spec_route_suite.reference.route import SAMPLE_N_BATCH, _length_groups
     per_prompt = rows // PROMPTS
     requests = [Request(prompt_ids=prompt_of(route.tokenizer, length, p), max_tokens=TOKENS, temperature=1.0,
                         seed=p * 100_000 + i, request_id=f"bench-{p}-{i}")
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
     torch.set_num_threads(1)
-    from spec_route_suite.fixtures.routes.registry import build_route
-    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.routes.registry import build_route
+    from spec_route_suite.routes.spec import parse_route_uri
     route = build_route(parse_route_uri("reference-batched", ROUTE, base=Path.cwd()))
     measure(route, 16, PROMPTS * 4, copied=args.copied)   # warm-up: first calls allocate
     print(f"{args.rows} rows of {TOKENS} tokens over {PROMPTS} prompts, `{ROUTE}`, 1 torch thread, "

@@ -53,11 +53,11 @@ def main(argv=None) -> int:
     import transformers  # noqa: F401
     from transformers import AutoModelForCausalLM  # noqa: F401
     steps.mark("import transformers")
-    from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-    from spec_route_suite.fixtures.routes.registry import build_route
-    from spec_route_suite.fixtures.routes.spec import default_baseline
-    from spec_route_suite.fixtures.config import default_candidates
-    from spec_route_suite.fixtures.session import RouteHandle
+    from spec_route_suite.routes.loop import BackgroundLoop
+    from spec_route_suite.routes.registry import build_route
+    from spec_route_suite.routes.spec import default_baseline
+    from spec_route_suite.config import default_candidates
+    from spec_route_suite.session import RouteHandle
     loop = BackgroundLoop()
     base_spec = default_baseline()
     baseline = RouteHandle(build_route(base_spec), base_spec, loop, 600)
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     steps.mark("build 'candidate' (hf assisted: tokenizer + target + draft)")
     RouteHandle(build_route(batched), batched, loop, 600)
     steps.mark("build 'reference-batched' (tokenizer + target + draft + engine)")
-    from spec_route_suite.fixtures.routes.base import Request
+    from spec_route_suite.routes.base import Request
     from spec_route_suite.fixtures.prompts.encode import encode_record
     from spec_route_suite.fixtures.prompts.records import load_prompt_set
     records = load_prompt_set()

@@ -25,8 +25,8 @@ from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.models import tools
 from spec_route_suite.fixtures.prompts.chat import as_openai, chat_request
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing, FeatureUnsupported, RouteHTTPError
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported, RouteHTTPError
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 

@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 from spec_route_suite.equivalence.differential import Differential, control_line
 from spec_route_suite.equivalence.rules import Violation, answer_violations, judge
 from spec_route_suite.equivalence.depth import DEFAULT_DEPTH, draft_depth
-from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory, TokenIds
-from spec_route_suite.fixtures.routes.textlevel import is_text_level
+from spec_route_suite.routes.base import Completion, Request, RouteInventory, TokenIds
+from spec_route_suite.routes.textlevel import is_text_level
 
 Decode = Callable[[Sequence[int]], str]
 VARIANTS = ("plain", "eos", "ignore_eos", "stop_string", "stop_token")

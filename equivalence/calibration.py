@@ -48,8 +48,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.routes.base import Completion, Request, TokenLogprobs
+from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.progress import track
 
 SAFETY = 4.0

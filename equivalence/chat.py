@@ -22,8 +22,8 @@ from spec_route_suite.fixtures.models.corpus import render_chat
 from spec_route_suite.fixtures.prompts.chat import chat_request
 from spec_route_suite.fixtures.prompts.prompt_set import chat_picks, prompt_set
 from spec_route_suite.fixtures.prompts.records import PromptRecord
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import CapabilityMissing
 
 CHECK = "chat"
 GREEDY_PROMPTS = 3     # chat prompts of the greedy chat shape

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Completion, Request
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.routes.base import AcceptanceSnapshot, Completion, Request
+from spec_route_suite.routes.errors import RouteError
 
 PHASE_PROMPTS = 3
 PHASE_CONCURRENCY = 4

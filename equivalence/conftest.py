@@ -14,7 +14,7 @@ import pytest
 
 from spec_route_suite.equivalence.chat import GREEDY_PROMPTS, LEAN_PROMPTS as CHAT_LEAN_PROMPTS, chat_records
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY
+from spec_route_suite.config import SUITE_CONFIG_KEY
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
 
 LEAN_PROMPTS = 2

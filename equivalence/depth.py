@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spec_route_suite.fixtures.routes.base import RouteInventory
+from spec_route_suite.routes.base import RouteInventory
 
 DEFAULT_DEPTH = 4   # vLLM's and transformers' usual k
 DEPTH_KEYS = ("num_speculative_tokens", "num_assistant_tokens", "num_draft_tokens", "prompt_lookup_num_tokens",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from spec_route_suite.equivalence.rules import RULES, PairJudgement, Violation, judge
-from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.reports.findings import Finding
 
 SHOWN_REQUESTS = 8

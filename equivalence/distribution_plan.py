@@ -27,9 +27,9 @@ from spec_route_suite.equivalence.stats.planner import Budget, plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.equivalence.stats.topk import TopSource, top_inexact_why
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import RouteError
-from spec_route_suite.fixtures.routes.textlevel import is_text_level
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import RouteError
+from spec_route_suite.routes.textlevel import is_text_level
 
 # The min_p point samples fewer prompts on fast routes (its cost is the default run's budget: 20 prompts
 # took 134 s of a worker on 2 loaded cores). Per prompt the planner keeps --detect-tv at power 0.9;

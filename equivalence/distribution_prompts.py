@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from spec_route_suite.equivalence.stats.warp import SamplingSetting, processed_probs
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.routes.base import Request
 
 # A position whose next-token entropy is below this (nats) is fixed in ~99% of samples: no signal there.
 MIN_POSITION_ENTROPY = 0.05

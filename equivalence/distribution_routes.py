@@ -22,9 +22,9 @@ from spec_route_suite.equivalence.features import REFUSAL_STATUS
 from spec_route_suite.equivalence.rules import Violation, choices_violations
 from spec_route_suite.equivalence.stats.oracle import covers_vocabulary, rows_from_top
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.errors import FeatureUnsupported, RouteError, RouteHTTPError, RouteMalformed
-from spec_route_suite.fixtures.routes.textlevel import retokenize
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.errors import FeatureUnsupported, RouteError, RouteHTTPError, RouteMalformed
+from spec_route_suite.routes.textlevel import retokenize
 
 N_CHOICES = 4        # a candidate with capability `n` draws part of its samples as n=4 requests
 N_POOLED_SHARE = 2   # 1/2 of the candidate's samples per look (rounded down to whole requests)

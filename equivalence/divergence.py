@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 from spec_route_suite.equivalence.greedy import Divergence
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing, RouteError
+from spec_route_suite.routes.base import Completion, Request, TokenLogprobs
+from spec_route_suite.routes.errors import CapabilityMissing, RouteError
 
 NEAR_TIE = "near-tie"
 BUG = "bug"

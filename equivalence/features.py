@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from spec_route_suite.fixtures.routes.base import Capabilities, Completion, Request, TokenLogprobs
-from spec_route_suite.fixtures.routes.errors import FeatureUnsupported, RouteHTTPError
+from spec_route_suite.routes.base import Capabilities, Completion, Request, TokenLogprobs
+from spec_route_suite.routes.errors import FeatureUnsupported, RouteHTTPError
 
 REFUSAL_STATUS = (400, 422)
 SCORE_TOP = 20

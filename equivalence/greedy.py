@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 
 Decode = Callable[[Sequence[int]], str]
 TAIL_TOKENS = 16

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.routes.base import Completion, Request, TokenLogprobs
+from spec_route_suite.routes.errors import CapabilityMissing
 
 SHOWN = 8
 ZERO_RUN = 4          # sampled tokens that must all report exactly 0.0 before it is a finding

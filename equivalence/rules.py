@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request
 
 Decode = Callable[[Sequence[int]], str]
 FINISH_REASONS = ("stop", "length")

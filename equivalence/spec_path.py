@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion, Request, ResponseFormat
+from spec_route_suite.routes.base import Completion, Request, ResponseFormat
 
 MAX_TOKENS = 24   # several draft blocks: a speculating engine drafts on every one of them
 PART = "on the speculative path"

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from spec_route_suite.equivalence.boundaries import Case, first_completion
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
+from spec_route_suite.routes.base import Completion, Request, TokenIds
 
 Decode = Callable[[Sequence[int]], str]
 

@@ -19,8 +19,8 @@ from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, run_s
 from spec_route_suite.equivalence.depth import draft_depth
 from spec_route_suite.equivalence.differential import Differential, control
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.textlevel import level_details, title_suffix
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, parity_repro
 

@@ -26,8 +26,8 @@ from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.prompts.encode import encode_record
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool, prompt_set
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Completion, Request, ResponseFormat
-from spec_route_suite.fixtures.routes.textlevel import aligned, describe, title_suffix
+from spec_route_suite.routes.base import Completion, Request, ResponseFormat
+from spec_route_suite.routes.textlevel import aligned, describe, title_suffix
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, choices_repro, load_repro, parity_repro, rule_repro
 

@@ -25,7 +25,7 @@ is judged turn by turn, each later turn asked after the baseline's answer to the
 A prompt from the user's sources is sent with its own max_tokens and stop strings; every judged prompt
 leaves a `class_outcome` measurement (its source, category and outcome) for the report's per-class table.
 
-A server that returns no token ids is compared at text level (fixtures/routes/textlevel.py):
+A server that returns no token ids is compared at text level (spec_route_suite/routes/textlevel.py):
 both outputs re-tokenized from their text, the finding and a "comparison" measurement saying so.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.calibration import near_tie_excess
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy, exposure
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.textlevel import aligned, describe, is_text_level, title_suffix
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 

@@ -9,8 +9,8 @@ import pytest
 
 from spec_route_suite.equivalence.logprobs import (ZERO_RUN, all_zero_logprobs, baseline_reference, compare_logprobs,
                                                   summarize)
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import logprobs_repro
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.routes.base import Request
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import repeat_repro
 

@@ -16,8 +16,8 @@ from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.spec_path import BY_NAME, FAMILIES, MAX_TOKENS, Share, silently_off
 from spec_route_suite.fixtures.prompts.chat import chat_request
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing, FeatureUnsupported
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import spec_path_repro
 

@@ -20,8 +20,8 @@ from spec_route_suite.equivalence.rules import answer_violations
 from spec_route_suite.equivalence.stated_boundaries import KINDS, WHAT, plan, stated_limit
 from spec_route_suite.fixtures.prompts.exact import ExactPrompts
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import ContextExceeded, RouteError
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import ContextExceeded, RouteError
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, error_repro, parity_repro
 

@@ -10,7 +10,7 @@ baseline teacher-forces the streamed token): under --greedy-policy classify a ne
 reported as nondeterminism, not as a streaming bug; strict fails it like any split.
 Routes that cannot stream are skipped and reported "not verified". The chat shape (check family
 "chat", equivalence/chat.py) streams a chat request the same way (delta.content chunks). A server without token
-ids is compared at text level (fixtures/routes/textlevel.py): streamed and plain text, finish
+ids is compared at text level (spec_route_suite/routes/textlevel.py): streamed and plain text, finish
 and usage, without the usage-equals-token-count check (its ids are re-derived from text).
 Text and ids are judged apart: a stream whose ids are incomplete (`Completion.id_gap`, or a text-level
 stream beside an id-level plain answer) with equal text is no "different answer": its `ids` coverage part
@@ -29,8 +29,8 @@ from spec_route_suite.equivalence.differential import Differential, control, con
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.equivalence.rules import Violation, details, stream_violations
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.textlevel import aligned, describe, is_text_level, title_suffix
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, stream_repro
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
+from spec_route_suite.routes.base import AcceptanceSnapshot
 
 RAN, DID_NOT_RUN, UNKNOWN, MISSING = "ran", "did not run", "unknown", "evidence missing"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spec_route_suite.fixtures.routes.spec import REDACTED
+from spec_route_suite.routes.spec import REDACTED
 
 
 class Redactor:

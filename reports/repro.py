@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from spec_route_suite.fixtures.routes.spec import HTTP_KINDS
+from spec_route_suite.routes.spec import HTTP_KINDS
 from spec_route_suite.reports.clusters import frequency
 from spec_route_suite.reports.judge_source import judge_source
 
@@ -87,7 +87,7 @@ def route_info(report: dict[str, Any], name: str, side: str) -> dict[str, Any]:
         return {**info, "base_url": spec["base_url"]}
     port = IN_PROCESS_PORTS[side]
     return {**info, "base_url": f"http://127.0.0.1:{port}/v1",
-            "serve": f"python -m spec_route_suite.fixtures.servers.inprocess --route "
+            "serve": f"python -m spec_route_suite.servers.inprocess --route "
                      f"{shlex.quote(in_process_uri(spec))} --port {port}"}
 
 

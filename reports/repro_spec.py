@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request
 
 LOAD_ATTEMPTS = 100     # a failure under load is intermittent: passes of the schedule before the script gives up
 PARITY_FIELDS = ("ids", "finish")

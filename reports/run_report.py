@@ -175,7 +175,7 @@ def headline_verdict(run: tuple[str, str], per_route: dict[str, dict[str, str]])
 
 def settings_gaps(config: dict[str, Any]) -> list[str]:
     """Settings that weaken what a passing run proves, named in the verdict line (not only in the notes)."""
-    from spec_route_suite.fixtures.config import DEFAULT_DETECT_TV
+    from spec_route_suite.config import DEFAULT_DETECT_TV
     gaps = []
     tv = config.get("detect_tv")
     if isinstance(tv, (int, float)) and tv > DEFAULT_DETECT_TV:
@@ -204,7 +204,7 @@ def server_gaps(acceptance: dict[str, Any]) -> list[str]:
 
 def prompt_set_gaps(config: dict[str, Any]) -> list[str]:
     """A run on part of the prompt set checked part of what the suite would have checked."""
-    from spec_route_suite.fixtures.config import PROMPT_CATEGORIES
+    from spec_route_suite.config import PROMPT_CATEGORIES
     gaps = []
     if config.get("prompts"):   # the user's sources: --categories chose among their own categories
         if config.get("categories"):

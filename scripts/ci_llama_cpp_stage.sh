@@ -8,7 +8,7 @@
 #                                 checks that aim at those limits only ($EDGES_TESTS).
 #
 # Passes when, for each routes file, the suite ran to completion and wrote its reports with no harness
-# errors (`judge_run` in fixtures/servers/managed.py: pytest exit 2/3/4/5, missing or incomplete report,
+# errors (`judge_run` in spec_route_suite/servers/managed.py: pytest exit 2/3/4/5, missing or incomplete report,
 # crashed workers, lost findings, failed tests without findings, findings whose error_kind shows the
 # suite broke, speculative routes without inventory/acceptance profile), and the adapter self-tests
 # against the live servers passed. Route findings (pytest exit 1) are data about llama.cpp and do not
@@ -20,7 +20,7 @@
 # SPEC_SUITE_LLAMA_CPP_WORKERS (pytest -n, default 8), SPEC_SUITE_LLAMA_CPP_PYTEST_ARGS (extra
 # args, default "--detect-tv 0.2"), SPEC_SUITE_LLAMA_CPP_SUITE_TIMEOUT (seconds per routes file, default 1500),
 # SPEC_SUITE_LLAMA_CPP_ROUTES (space-separated routes files, default the openai and edges presets),
-# plus SPEC_SUITE_LLAMA_CPP_HOME / SPEC_SUITE_LLAMA_CPP_STATE read by fixtures.servers.llama_cpp.
+# plus SPEC_SUITE_LLAMA_CPP_HOME / SPEC_SUITE_LLAMA_CPP_STATE read by spec_route_suite.servers.llama_cpp.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -37,7 +37,7 @@ equivalence/test_spec_path.py stressors/test_kv_pressure.py stressors/test_batch
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 REPORT_ROOT=${SPEC_SUITE_LLAMA_CPP_REPORT_DIR:-reports/out/llama-cpp-ci/$STAMP}
 WORKERS=${SPEC_SUITE_LLAMA_CPP_WORKERS:-8}
-TOOL="python -m spec_route_suite.fixtures.servers.llama_cpp"
+TOOL="python -m spec_route_suite.servers.llama_cpp"
 mkdir -p "$REPORT_ROOT"
 TIMINGS="$REPORT_ROOT/ci-timings.tsv"
 : > "$TIMINGS"

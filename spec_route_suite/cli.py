@@ -11,19 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from spec_route_suite.paths import suite_root
+
 PLUGIN = "spec_route_suite.plugin"
 INI = Path(__file__).resolve().parent / "pytest.ini"
-
-
-def suite_root() -> Path:
-    """The folder holding equivalence/ and stressors/: the checkout, or the installed package."""
-    import spec_route_suite.equivalence as equivalence
-    return Path(equivalence.__file__).resolve().parent.parent
-
-
-def suite_test_paths() -> list[str]:
-    root = suite_root()
-    return [str(root / "equivalence"), str(root / "stressors")]
 
 
 def pytest_args(argv: list[str]) -> list[str]:

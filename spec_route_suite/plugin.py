@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.config import SUITE_CONFIG_KEY, SuiteConfig, suite_config_from_options
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing, ContextExceeded, RouteError
-from spec_route_suite.fixtures.routes.spec import ConfigError
+from spec_route_suite.config import SUITE_CONFIG_KEY, SuiteConfig, suite_config_from_options
+from spec_route_suite.routes.errors import CapabilityMissing, ContextExceeded, RouteError
+from spec_route_suite.routes.spec import ConfigError
 from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WORKER_STATE_KEY, RunCollector, check_of,
                                                 new_run_id)
 from spec_route_suite.reports.findings import Finding
@@ -27,7 +27,7 @@ from spec_route_suite.reports.writer import write_run_folder
 CONFIG_KEY = SUITE_CONFIG_KEY
 COLLECTOR_KEY = pytest.StashKey[RunCollector]()
 USAGE_KEY = pytest.StashKey["UsageErrors"]()
-SERVERS_KEY = pytest.StashKey[object]()   # fixtures.servers.ManagedServers | None, controller only
+SERVERS_KEY = pytest.StashKey[object]()   # spec_route_suite.servers.ManagedServers | None, controller only
 USAGE_ERROR_PROPERTY = "spec_suite_usage_error"
 RUN_ID_INPUT = "spec_suite_run_id"
 INVOCATION_DIR_INPUT = "spec_suite_invocation_dir"
@@ -104,7 +104,7 @@ def _route_suite_by_default(config: pytest.Config) -> None:
     suite, not whatever tests that folder holds. Inside the checkout pytest's own rules apply."""
     if config.args_source is not pytest.Config.ArgsSource.INVOCATION_DIR:
         return
-    from spec_route_suite.cli import suite_root, suite_test_paths
+    from spec_route_suite.paths import suite_root, suite_test_paths
     if config.invocation_params.dir.resolve().is_relative_to(suite_root()):
         return
     config.args[:] = suite_test_paths()
@@ -144,7 +144,7 @@ def suite_config(pytestconfig: pytest.Config) -> SuiteConfig:
 
 @pytest.fixture(scope="session")
 def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
-    from spec_route_suite.fixtures.session import RouteSession
+    from spec_route_suite.session import RouteSession
     routes = suite_config.routes
     session = RouteSession((routes.baseline, *routes.candidates), suite_config.request_timeout_s)
     yield session
@@ -160,7 +160,7 @@ def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
                 collector.worker_state.acceptance[name] = {**snapshot.__dict__, "accepted_per_pos": list(snapshot.accepted_per_pos)}
         except (RouteError, OSError) as exc:
             collector.worker_state.notes.append(f"{name}: inventory unavailable: {exc}")
-    from spec_route_suite.fixtures.session import peak_rss_mib
+    from spec_route_suite.session import peak_rss_mib
     collector.worker_state.memory["peak_rss_mib"] = peak_rss_mib()
     session.close()
 
@@ -188,7 +188,7 @@ def _with_inventory(config: pytest.Config, handle):
 
 @pytest.fixture(scope="session")
 def tokenizer(suite_config: SuiteConfig):
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.routes.hf import load_tokenizer
     spec = suite_config.routes.baseline
     return load_tokenizer(spec.tokenizer or spec.model)
 
@@ -362,7 +362,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if getattr(config, "workerinput", None) is not None or config.option.collectonly:
         return
-    from spec_route_suite.fixtures.servers import ServerError, start_managed_servers
+    from spec_route_suite.servers import ServerError, start_managed_servers
     suite = config.stash[CONFIG_KEY]
     try:
         config.stash[SERVERS_KEY] = start_managed_servers(suite.routes, suite.routes_file, log=_log)
@@ -383,7 +383,7 @@ def _finish_servers(config: pytest.Config, collector: RunCollector) -> None:
     if servers is None:
         return
     config.stash[SERVERS_KEY] = None
-    from spec_route_suite.fixtures.servers import server_memory
+    from spec_route_suite.servers import server_memory
     try:
         collector.server_acceptance = servers.acceptance_delta()
         collector.server_launch = servers.launch_info()

@@ -15,7 +15,7 @@ from typing import Iterable, Mapping
 
 from scipy.stats import fisher_exact
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 from spec_route_suite.stressors.canary import Workload, answer_correct
 from spec_route_suite.stressors.driver import Outcome
 from spec_route_suite.stressors.mixing import Attribution, attribute, reliable_canaries

@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Sequence
 from spec_route_suite.fixtures.models import corpus
 from spec_route_suite.fixtures.prompts.chat import render_chat_ids, render_chat_text
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
+from spec_route_suite.routes.base import Completion, Request, TokenIds
 
 # The corpus's own templates (kind -> drawer, statement, ack, question, reply): the model was trained on them.
 FACTS = corpus._FACTS  # noqa: SLF001 - shared on purpose, see module docstring

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from scipy.stats import fisher_exact
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.driver import LoadRun, Submission, drive_handle
 

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion, Request, Route
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.routes.base import Completion, Request, Route
+from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.progress import track
 from spec_route_suite.reports.findings import Finding
 

@@ -27,7 +27,7 @@ source -> victim; each names the source's requests that were in flight with the 
 real leak needs a neighbour in the batch; a source not in flight points at stale state
 such as a reused KV slot), and any other sources the evidence fits equally well.
 On a server without token ids the outputs and references are the route's text re-tokenized
-(fixtures/routes/textlevel.py): all of the above still holds, on text instead of engine tokens.
+(spec_route_suite/routes/textlevel.py): all of the above still holds, on text instead of engine tokens.
 Environment: none.
 """
 from __future__ import annotations
@@ -41,8 +41,8 @@ import numpy as np
 
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenIds
-from spec_route_suite.fixtures.routes.textlevel import same_output
+from spec_route_suite.routes.base import Completion, Request, TokenIds
+from spec_route_suite.routes.textlevel import same_output
 from spec_route_suite.stressors.canary import Workload, canary_owners, canary_question, mentions
 from spec_route_suite.stressors.driver import Outcome
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.routes.errors import RouteError
 
 SHORT_PROMPTS = 12     # distinct prompts, each sent many times
 LONG_OUTPUT = 96       # tokens per answer at least (more when the pool needs it)

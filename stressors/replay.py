@@ -16,8 +16,8 @@ from typing import Callable, Mapping
 from urllib.parse import urlencode
 
 from spec_route_suite.fixtures.prompts.chat import as_openai
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.spec import HTTP_KINDS, RouteSpec
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.spec import HTTP_KINDS, RouteSpec
 from spec_route_suite.stressors.canary import Workload
 from spec_route_suite.stressors.schedules import Schedule
 
@@ -128,8 +128,8 @@ def build_route():
         module, _, name = ROUTE_FACTORY.partition(":")
         return getattr(importlib.import_module(module), name)()
     from pathlib import Path
-    from spec_route_suite.fixtures.routes.registry import build_route as build
-    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.routes.registry import build_route as build
+    from spec_route_suite.routes.spec import parse_route_uri
     return build(parse_route_uri("candidate", ROUTE_URI, base=Path.cwd()))
 
 
@@ -138,7 +138,7 @@ class Client:
         self.route = build_route()
 
     async def generate(self, step, tag):
-        from spec_route_suite.fixtures.routes.base import Request
+        from spec_route_suite.routes.base import Request
         messages = tuple((m["role"], m["content"]) for m in step["messages"]) if "messages" in step else None
         req = Request(prompt_ids=tuple(step["prompt_ids"]), max_tokens=SCHEDULE["max_tokens"], temperature=0.0,
                       stream=step["abort_ms"] is not None and self.route.capabilities.stream,

@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 from spec_route_suite.equivalence.agentic import agent_request
 from spec_route_suite.fixtures.prompts.agentic import SessionPlan, call_turns
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.stressors.driver import LoadRun, Outcome
 
 MAX_CALL_ROUNDS = 2

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import replace
 from typing import Any, Sequence
 
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.routes.base import Request
 from spec_route_suite.stressors.driver import LoadRun, burst, drive_handle, plan
 
 SPEED_PROMPTS = 8

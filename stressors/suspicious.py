@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 from spec_route_suite.stressors.driver import Outcome
 
 SHORT_ANSWER = 1          # tokens: an answer this short that says "stop" ...

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from spec_route_suite.equivalence.chat import next_turn
 from spec_route_suite.fixtures.prompts.records import PromptRecord
-from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.stressors.accuracy import Tally
 from spec_route_suite.stressors.code_exec import passes
 from spec_route_suite.stressors.scorers import CODE, code_of, gold_right, needs_reference, same_answer

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.routes.base import Request
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import LoadControl, differing, record

@@ -14,7 +14,7 @@ leaves garbled output that names no source). A mismatch is not attributed at all
 serial reference neither equals the AR baseline's output nor reproduces on a second serial
 run: on a server shared with other traffic the "serial" reference was itself made in a mixed
 batch, and comparing with it says nothing about who leaked into whom. A server without token
-ids is judged on its text (fixtures/routes/textlevel.py); the findings say so. When both routes declare
+ids is judged on its text (spec_route_suite/routes/textlevel.py); the findings say so. When both routes declare
 chat, half of the canary conversations are chat items (stressors/conftest.py): multi-turn sessions sharing
 the long prefix, sent as messages so an HTTP server's chat template builds them, and attributed alike.
 The same load runs on the baseline (stressors/control.py), attributed against its own serial references: a
@@ -27,7 +27,7 @@ import random
 
 import pytest
 
-from spec_route_suite.fixtures.routes.textlevel import is_text_level, level_details, title_suffix
+from spec_route_suite.routes.textlevel import is_text_level, level_details, title_suffix
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import load_repro, parity_repro
 from spec_route_suite.stressors.canary import mean_latency, renderer

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.fixtures.routes.textlevel import same_output
+from spec_route_suite.routes.textlevel import same_output
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.control import Count, record
 from spec_route_suite.stressors.coverage import LoadWitness

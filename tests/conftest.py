@@ -17,7 +17,7 @@ REAL_ENGINE_MODULES = {"test_vllm_cpu.py"}
 @pytest.fixture(scope="module")
 def loop():
     """One background event loop per test module, for driving async routes from sync tests."""
-    from spec_route_suite.fixtures.routes.loop import BackgroundLoop
+    from spec_route_suite.routes.loop import BackgroundLoop
     with BackgroundLoop() as background:
         yield background
 

@@ -2,7 +2,7 @@
 
 Why: the route suite must turn a broken server's answers into findings that name the request
 and what was wrong, and keep judging the rest. This serves a real model (any route URI, via
-spec_route_suite.fixtures.servers.inprocess) and damages the n-th answer with the next shape of
+spec_route_suite.servers.inprocess) and damages the n-th answer with the next shape of
 tests/hostile_shapes.py (BODY_SHAPES for plain answers, STREAM_SHAPES for event streams), spreading
 `share` of the requests evenly (round-robin over the shapes); every damaged request is logged with
 its shape, so a test can match each finding to the shape that caused it. Switches plant answers that
@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.servers.inprocess import Engine, _Handler, _Server, build_engine
+from spec_route_suite.routes.base import Request
+from spec_route_suite.servers.inprocess import Engine, _Handler, _Server, build_engine
 from tests.hostile_shapes import BODY_SHAPES, STREAM_SHAPES, Reply
 
 

@@ -25,8 +25,8 @@ from typing import Any, Awaitable, Callable
 import httpx
 from hypothesis import strategies as st
 
-from spec_route_suite.fixtures.routes.base import Completion, Request, TokenLogprobs
-from spec_route_suite.fixtures.routes.errors import RouteError
+from spec_route_suite.routes.base import Completion, Request, TokenLogprobs
+from spec_route_suite.routes.errors import RouteError
 
 Json = dict[str, Any]
 VOCAB = 512                       # the embedded pair's vocabulary

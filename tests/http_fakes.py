@@ -25,7 +25,7 @@ VOCAB = 66
 UNK, EOS = 64, 65
 NAMES = [f"t{i}" for i in range(64)] + ["<unk>", "</s>"]
 SPEC_K = 3
-RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "routes" / "recorded"
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
 
 FAULTS = {
     "http500", "http400", "long_error", "echo_auth", "bad_json", "no_choices", "no_token_ids", "hang",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, Sequence
 
-from spec_route_suite.fixtures.routes.base import Capabilities
-from spec_route_suite.fixtures.session import RouteHandle, served_wire
+from spec_route_suite.routes.base import Capabilities
+from spec_route_suite.session import RouteHandle, served_wire
 from spec_route_suite.reports.clusters import cluster_findings
 from spec_route_suite.reports.repro import render_cluster
 

@@ -15,7 +15,7 @@ from spec_route_suite.equivalence.boundaries import (VARIANTS, Case, build_cases
                                                      speculation_depth)
 from spec_route_suite.equivalence.boundaries import violations as rule_violations
 from spec_route_suite.equivalence.rules import details
-from spec_route_suite.fixtures.routes.base import Completion, Request, RouteInventory
+from spec_route_suite.routes.base import Completion, Request, RouteInventory
 from tests.test_greedy_routes import (ReferenceHandles, Rewired, Sink, baseline_handle, fitted_prompts, handle, prompts,
                                       suite_config, tokenizer)
 
@@ -153,7 +153,7 @@ def test_draft_depth_says_where_k_came_from_and_an_assumed_k_is_a_gap():
 
 
 def replace_spec(**kw):
-    from spec_route_suite.fixtures.routes.spec import RouteSpec
+    from spec_route_suite.routes.spec import RouteSpec
     return RouteSpec(name="c", kind="hf", **kw)
 
 

@@ -21,10 +21,10 @@ from transformers import AutoTokenizer
 from spec_route_suite.fixtures.models import PAIR2_DIR, chatml, chatml_corpus, tools
 from spec_route_suite.fixtures.prompts.agentic import parity_prompts
 from spec_route_suite.fixtures.prompts.chat import chat_request
-from spec_route_suite.fixtures.routes.base import Completion
-from spec_route_suite.fixtures.routes.chat_output import (PARSER_FAULTS, Markers, ParserFaults, ParserPool,
+from spec_route_suite.routes.base import Completion
+from spec_route_suite.routes.chat_output import (PARSER_FAULTS, Markers, ParserFaults, ParserPool,
                                                            parse_answer, parse_whole)
-from spec_route_suite.fixtures.routes.openai_chat import folded_stream, reasoning_of, tool_calls_of
+from spec_route_suite.routes.openai_chat import folded_stream, reasoning_of, tool_calls_of
 
 TARGET = PAIR2_DIR / "target"
 
@@ -166,6 +166,6 @@ def test_openai_reader_reassembles_stream_pieces():
 
 
 def test_faults_are_agentic_faults_of_the_reference_engine():
-    from spec_route_suite.fixtures.routes.reference.faults import FAULTS
+    from spec_route_suite.reference.faults import FAULTS
     assert {name for name, f in FAULTS.items() if f.family == "agentic"} == set(PARSER_FAULTS)
     assert replace(ParserFaults(), name=None).on("parser_state_carried") is False

@@ -23,12 +23,12 @@ import pytest
 from spec_route_suite.fixtures.models import PAIR2_DIR, TARGET_DIR
 from spec_route_suite.fixtures.prompts.chat import chat_request, render_chat_ids
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
-from spec_route_suite.fixtures.routes.hf import load_tokenizer
-from spec_route_suite.fixtures.routes.planted import parse_plant
-from spec_route_suite.fixtures.routes.registry import build_route
-from spec_route_suite.fixtures.routes.spec import parse_route_uri
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.routes.errors import CapabilityMissing
+from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.routes.planted import parse_plant
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import parse_route_uri
+from spec_route_suite.servers.inprocess import serve_in_thread
 from spec_route_suite.reports.repro_spec import parity_repro
 from tests.repro_helpers import adapter_handle, script_for, served as in_process
 from tests.test_second_pair import params, routes_file

@@ -16,17 +16,17 @@ import torch
 from spec_route_suite.class_phases import run_deferred_phases
 from spec_route_suite.equivalence.class_acceptance import (NONE, PER_ANSWER, SERVER_COUNTERS, class_profile,
                                                            class_requests, contamination)
-from spec_route_suite.fixtures.config import suite_config_from_options
+from spec_route_suite.config import suite_config_from_options
 from spec_route_suite.fixtures.models import TARGET_DIR
 from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
 from spec_route_suite.fixtures.prompts.loaders import load
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
-from spec_route_suite.fixtures.routes.hf import load_tokenizer
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.routes.spec import parse_route_uri
-from spec_route_suite.fixtures.session import RouteHandle
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.routes.base import AcceptanceSnapshot
+from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.routes.spec import parse_route_uri
+from spec_route_suite.session import RouteHandle
+from spec_route_suite.servers.inprocess import serve_in_thread
 from spec_route_suite.reports.by_class import class_gaps, class_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def traffic(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def bench(traffic):
-    from spec_route_suite.fixtures.routes.reference.route import ReferenceRoute, load_model
+    from spec_route_suite.reference.route import ReferenceRoute, load_model
     torch.set_num_threads(1)
     loop = BackgroundLoop()
     spec = parse_route_uri("candidate", "reference:", base=ROOT)
@@ -110,7 +110,7 @@ def test_a_metrics_only_server_is_deferred_to_the_controller(traffic, tmp_path):
                                            "prompts": [f"jsonl:{traffic}"], "max_new_tokens": str(MAX_TOKENS),
                                            "report_dir": str(tmp_path)}, invocation_dir=ROOT)
         loop = BackgroundLoop()
-        from spec_route_suite.fixtures.routes.registry import build_route
+        from spec_route_suite.routes.registry import build_route
         spec = suite.routes.candidates[0]
         worker = RouteHandle(build_route(spec), spec, loop, timeout_s=60.0)
         fitted = FittedPrompts(load_tokenizer(str(TARGET_DIR)), ContextFit((RouteContext("c", 512, "test"),)),

@@ -16,8 +16,8 @@ from spec_route_suite.equivalence.boundaries import Case, run_sweep
 from spec_route_suite.equivalence.differential import Differential
 from spec_route_suite.equivalence.rules import (answer_violations, choices_violations, judge, min_tokens_violations,
                                                 stream_violations)
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.spec import ConfigError, parse_route_uri
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.spec import ConfigError, parse_route_uri
 from spec_route_suite.reports.findings import SEVERITIES, Finding
 from spec_route_suite.reports.render_markdown import render_summary
 from tests.mutation import run_route_suite
@@ -145,7 +145,7 @@ def test_engine_severity_fails_nothing_and_the_summary_groups_equal_notes():
 
 @pytest.mark.parametrize("uri", ["reference:?quirk=nope", "reference:?quirk=usage_counts_stop,nope"])
 def test_an_unknown_quirk_names_its_field(uri):
-    from spec_route_suite.fixtures.routes.reference import engine_config_from_spec
+    from spec_route_suite.reference import engine_config_from_spec
     with pytest.raises(ConfigError) as err:
         engine_config_from_spec(parse_route_uri("candidate", uri, base=TARGET_DIR))
     assert err.value.field == "candidate.quirk"

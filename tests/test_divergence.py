@@ -11,9 +11,9 @@ import pytest
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.divergence import BUG, NEAR_TIE, UNCLASSIFIED, classify_divergence, margin_verdict
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.fixtures.routes.base import Capabilities, Completion, TokenLogprobs
+from spec_route_suite.routes.base import Capabilities, Completion, TokenLogprobs
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
+from spec_route_suite.routes.errors import CapabilityMissing
 from tests.test_greedy_routes import baseline_handle, prompts, tokenizer
 
 EOS = 2

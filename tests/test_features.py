@@ -4,7 +4,7 @@ feature checks (equivalence/test_features.py) pass the correct engine and catch 
 The engine is checked against independent oracles: transformers' own processors (hf AR: repetition
 penalty, logit_bias as sequence_bias, min_new_tokens) and a plain greedy loop written here for the
 OpenAI frequency/presence penalties, in a concurrent batch of rows with and without features; the hf
-route's own penalty processor (fixtures/routes/hf_penalties.py) against the same loop and the engine.
+route's own penalty processor (spec_route_suite/routes/hf_penalties.py) against the same loop and the engine.
 The check is proven both ways in one route-suite run at its default budget (reference baseline).
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ from spec_route_suite.equivalence.features import Refusal, probe, repeat_rate
 from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Request, ResponseFormat
-from spec_route_suite.fixtures.routes.errors import FeatureUnsupported, RouteMalformed
-from spec_route_suite.fixtures.routes.openai import OpenAIRoute
-from spec_route_suite.fixtures.routes.sglang_generate import SGLangRoute
-from spec_route_suite.fixtures.routes.spec import RouteSpec, parse_route_uri
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.base import Request, ResponseFormat
+from spec_route_suite.routes.errors import FeatureUnsupported, RouteMalformed
+from spec_route_suite.routes.openai import OpenAIRoute
+from spec_route_suite.routes.sglang_generate import SGLangRoute
+from spec_route_suite.routes.spec import RouteSpec, parse_route_uri
+from spec_route_suite.session import RouteHandle
 from tests.mutation import MUTANTS, run_route_suite
 
 PROMPTS = ("code-03", "json-00", "math-00", "chat-00")
@@ -34,14 +34,14 @@ FEATURE_FAULTS = [m for m in MUTANTS if m.catcher == "features"]
 
 @pytest.fixture(scope="module")
 def models():
-    from spec_route_suite.fixtures.routes.reference.route import load_model
+    from spec_route_suite.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR))
 
 
 @pytest.fixture(scope="module")
 def ref(models, loop):
-    from spec_route_suite.fixtures.routes.reference import ReferenceRoute
+    from spec_route_suite.reference import ReferenceRoute
     spec = RouteSpec(name="ref", kind="reference", model=str(TARGET_DIR), tokenizer=str(TARGET_DIR),
                      draft=str(DRAFT_DIR), num_assistant_tokens=4)
     route = ReferenceRoute(spec, models=models)
@@ -51,14 +51,14 @@ def ref(models, loop):
 
 @pytest.fixture(scope="module")
 def ar():
-    from spec_route_suite.fixtures.routes.hf import HFRoute
+    from spec_route_suite.routes.hf import HFRoute
     return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
 
 
 @pytest.fixture(scope="module")
 def assisted():
-    from spec_route_suite.fixtures.routes.hf import HFRoute
-    from spec_route_suite.fixtures.routes.spec import default_candidate
+    from spec_route_suite.routes.hf import HFRoute
+    from spec_route_suite.routes.spec import default_candidate
     return HFRoute(default_candidate())
 
 
@@ -151,8 +151,8 @@ def test_hf_openai_penalties_equal_the_greedy_loop_and_the_engine(loop, ref, ar,
 def test_penalty_processor_is_the_openai_formula_over_output_tokens_only():
     """Random logits and histories: mu[j] - c[j] * frequency - (c[j] > 0) * presence with c counted over
     the generated tokens alone, the reference engine's `penalise` row by row."""
-    from spec_route_suite.fixtures.routes.hf_processors import OpenAIPenalties
-    from spec_route_suite.fixtures.routes.reference.features import penalise
+    from spec_route_suite.routes.hf_processors import OpenAIPenalties
+    from spec_route_suite.reference.features import penalise
     gen = torch.Generator().manual_seed(0)
     vocab, prompt_length = 50, 7
     ids = torch.randint(0, vocab, (4, prompt_length + 12), generator=gen)
@@ -222,7 +222,7 @@ def test_usage_of_n_choices_is_bounded_by_n_times_max_tokens():
 
 def test_a_400_from_a_real_server_is_not_supported_not_a_pass(loop):
     """The in-process OpenAI server refuses n above its maximum with HTTP 400: the probe calls that a refusal."""
-    from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+    from spec_route_suite.servers.inprocess import serve_in_thread
     url, stop = serve_in_thread("reference:", model_name="tiny")
     try:
         route = OpenAIRoute(parse_route_uri("c", f"openai:{url}?model=tiny&tokenizer={TARGET_DIR}", base=TARGET_DIR))
@@ -253,14 +253,14 @@ def test_feature_checks_pass_the_correct_engine_and_catch_each_fault(tmp_path):
     ('{"a": "unfinished', True, False), ("{}", True, True), ('{"a" 1}', False, False), ("[1]", False, False),
     ('{"a": tru', True, False), ('{"a": trux}', False, False), ('{"a": 1}}', False, False), ('{,}', False, False)])
 def test_json_prefix_automaton(text, prefix, complete):
-    from spec_route_suite.fixtures.routes.reference.grammar import JsonPrefix
+    from spec_route_suite.reference.grammar import JsonPrefix
     state = JsonPrefix().feed(text)
     assert (state is not None) == prefix and (state is not None and state.complete) == complete
 
 
 def test_schema_judge_on_stopped_answers_only():
     from spec_route_suite.equivalence.features import json_answer_problem, schema_of
-    from spec_route_suite.fixtures.routes.base import Completion
+    from spec_route_suite.routes.base import Completion
     schema = schema_of({"name": "Dina", "age": 31})
     def out(text, finish="stop"):
         return Completion(token_ids=(1,), text=text, finish_reason=finish, route="r")
@@ -283,7 +283,7 @@ SCHEMA = {"type": "object", "required": ["age", "name"], "additionalProperties":
     ('{"age": 01', False, False), ('{"age": 4, "age": 5', False, False), ('{"age": 4, "name": "x"}x', False, False),
     ('{"age": -', True, False), ('{"age": -}', False, False)])
 def test_schema_prefix_automaton(text, prefix, complete):
-    from spec_route_suite.fixtures.routes.reference.grammar import Schema, SchemaPrefix
+    from spec_route_suite.reference.grammar import Schema, SchemaPrefix
     state = SchemaPrefix(Schema.parse(json.dumps(SCHEMA))).feed(text)
     assert (state is not None) == prefix and (state is not None and state.complete) == complete
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Capabilities
-from spec_route_suite.fixtures.routes.evidence import SpeculationTally
-from spec_route_suite.fixtures.routes.flavours import Probes, ResponseEvidence, by_name, detect
+from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities
+from spec_route_suite.routes.evidence import SpeculationTally
+from spec_route_suite.routes.flavours import Probes, ResponseEvidence, by_name, detect
 from tests.http_fakes import recorded
 
 LLAMA_PROPS = {"default_generation_settings": {"n_ctx": 512, "params": {"speculative.types": "none"}},
@@ -187,9 +187,9 @@ def test_llama_cpp_requests_switch_off_the_samplers_its_server_runs_by_default(t
     temperature: an OpenAI request that names none of them would sample from a chain the scoring test does not
     compute. Whatever the wire, a llama.cpp route sends them off and the suite's order; a request's own values
     win; a generic server never sees those fields; the facts say which defaults were overridden."""
-    from spec_route_suite.fixtures.routes.base import Request
-    from spec_route_suite.fixtures.routes.registry import build_route
-    from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, spec_from_table
+    from spec_route_suite.routes.base import Request
+    from spec_route_suite.routes.registry import build_route
+    from spec_route_suite.routes.spec import EMBEDDED_MODELS, spec_from_table
     props = {**LLAMA_PROPS, "default_generation_settings": {"n_ctx": 512, "params": LLAMA_SAMPLER_DEFAULTS}}
     facts = by_name("llama.cpp").facts(probes({"/props": props, "/v1/models": LLAMA_MODELS}))
     assert facts.extra["sampler_defaults_switched_off"] == {

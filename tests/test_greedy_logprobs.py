@@ -13,7 +13,7 @@ import pytest
 import spec_route_suite.equivalence.test_logprobs as logprob_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.logprobs import compare_logprobs
-from spec_route_suite.fixtures.routes.base import TokenLogprobs
+from spec_route_suite.routes.base import TokenLogprobs
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
                                       hf_route, prompts, reference_route, suite_config, tokenizer)
 

@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from spec_route_suite.equivalence import calibration as calib
-from spec_route_suite.fixtures.config import PROMPT_CATEGORIES
+from spec_route_suite.config import PROMPT_CATEGORIES
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.errors import CapabilityMissing
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, RouteSpec
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.errors import CapabilityMissing
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.routes.spec import EMBEDDED_MODELS, RouteSpec
+from spec_route_suite.session import RouteHandle
 
 MODELS = EMBEDDED_MODELS
 TIMEOUT_S = 120.0
@@ -100,7 +100,7 @@ def loop() -> BackgroundLoop:
 
 @lru_cache(maxsize=1)
 def tokenizer():
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.routes.hf import load_tokenizer
     return load_tokenizer(str(MODELS / "target"))
 
 
@@ -114,7 +114,7 @@ def fitted_prompts():
 
 @lru_cache(maxsize=1)
 def model_pair():
-    from spec_route_suite.fixtures.routes.reference.route import load_model
+    from spec_route_suite.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(MODELS / "target")), load_model(str(MODELS / "draft"))
 
@@ -126,7 +126,7 @@ def handle(route, name: str | None = None) -> RouteHandle:
 
 @lru_cache(maxsize=None)
 def hf_route(name: str, draft: bool):
-    from spec_route_suite.fixtures.routes.hf import HFRoute
+    from spec_route_suite.routes.hf import HFRoute
     torch.set_num_threads(1)
     spec = RouteSpec(name=name, kind="hf", model=str(MODELS / "target"), tokenizer=str(MODELS / "target"),
                      draft=str(MODELS / "draft") if draft else None, num_assistant_tokens=4 if draft else None)
@@ -135,7 +135,7 @@ def hf_route(name: str, draft: bool):
 
 def reference_route(name: str, **options: str):
     """A reference engine route sharing the loaded pair; options as in `reference:?fault=...`."""
-    from spec_route_suite.fixtures.routes.reference import ReferenceRoute
+    from spec_route_suite.reference import ReferenceRoute
     spec = RouteSpec(name=name, kind="reference", model=str(MODELS / "target"), tokenizer=str(MODELS / "target"),
                      draft=str(MODELS / "draft"), num_assistant_tokens=4,
                      options=tuple(sorted((k, str(v)) for k, v in options.items())))

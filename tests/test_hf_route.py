@@ -7,9 +7,9 @@ import pytest
 
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.hf import HFRoute
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, default_baseline, default_candidate, parse_route_uri
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.hf import HFRoute
+from spec_route_suite.routes.spec import EMBEDDED_MODELS, default_baseline, default_candidate, parse_route_uri
 
 
 @pytest.fixture(scope="module")

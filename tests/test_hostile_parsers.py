@@ -24,11 +24,11 @@ from tests.hostile_shapes import (BODY_SHAPES, STREAM_SHAPES, TEN_MB, Reply, Tal
                             check_outcome, check_token_logprobs, damaged, dumps, hostile_values, json_reply,
                             llama_body, llama_events, models_body, requests, score_body, sglang_body, sse_reply,
                             token_lists, vllm_body, vllm_events, call_with)
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Request, RouteInventory
-from spec_route_suite.fixtures.routes.errors import RouteError
-from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
-from spec_route_suite.fixtures.routes.registry import build_route
-from spec_route_suite.fixtures.routes.spec import parse_route_uri
+from spec_route_suite.routes.base import AcceptanceSnapshot, Request, RouteInventory
+from spec_route_suite.routes.errors import RouteError
+from spec_route_suite.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import parse_route_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = 100

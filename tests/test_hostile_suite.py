@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.routes.spec import EMBEDDED_MODELS
 from spec_route_suite.reports.render_markdown import CLUSTERS_SHOWN, MAX_CHARS
 from tests.fault_server import FaultPlan, serve_faults
 from tests.hostile_shapes import BODY_SHAPES, STREAM_SHAPES

@@ -1,4 +1,4 @@
-"""In-process routes served over HTTP (fixtures.servers.inprocess), and the httpx repros that target them.
+"""In-process routes served over HTTP (spec_route_suite.servers.inprocess), and the httpx repros that target them.
 
 Why: a finding against the reference or hf engine is only actionable when a maintainer
 can replay it with a standalone python + httpx script. Each claim is proven both ways:
@@ -27,13 +27,13 @@ import pytest
 from spec_route_suite.fixtures.models import TARGET_DIR
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Capabilities, Request, RouteInventory
-from spec_route_suite.fixtures.routes.errors import RouteError
-from spec_route_suite.fixtures.routes.hf import load_tokenizer
-from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics
-from spec_route_suite.fixtures.routes.registry import build_route
-from spec_route_suite.fixtures.routes.spec import parse_route_uri
-from spec_route_suite.fixtures.servers.inprocess import Engine, make_server, serve_in_thread
+from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Request, RouteInventory
+from spec_route_suite.routes.errors import RouteError
+from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.routes.metrics import acceptance_from_metrics
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import parse_route_uri
+from spec_route_suite.servers.inprocess import Engine, make_server, serve_in_thread
 from spec_route_suite.reports.repro_spec import LOAD_ATTEMPTS, load_repro, parity_repro
 from tests.repro_helpers import adapter_handle, script_for, served
 
@@ -278,7 +278,7 @@ def test_command_line_serves_and_stops_cleanly_on_sigterm():
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        proc = subprocess.Popen([sys.executable, "-m", "spec_route_suite.fixtures.servers.inprocess", "--route", "reference:",
+        proc = subprocess.Popen([sys.executable, "-m", "spec_route_suite.servers.inprocess", "--route", "reference:",
                                  "--port", str(port), "--model-name", "ref"], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"OMP_NUM_THREADS": "1"})
         try:

@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import Request
+from spec_route_suite.routes.base import Request
 from spec_route_suite.reports.judge_source import judge_functions, judge_source
 from spec_route_suite.reports.repro import MAX_SCRIPT_CHARS, RUNTIME, render_cluster
 from spec_route_suite.reports.repro_spec import load_repro

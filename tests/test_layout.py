@@ -11,11 +11,11 @@ import ast
 import inspect
 from pathlib import Path
 
-from spec_route_suite.fixtures.routes import flavours
+from spec_route_suite.routes import flavours
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_PACKAGES = ("equivalence", "stressors")
-# what a check may import from fixtures.routes: the protocol's value types, typed errors, text-level helpers,
+# what a check may import from spec_route_suite.routes: the protocol's value types, typed errors, text-level helpers,
 # the route spec (kinds, names), the timing proxy
 ROUTE_MODULES_CHECKS_MAY_IMPORT = {"base", "errors", "textlevel", "spec"}
 FLAVOUR_MAX_LINES = 150
@@ -24,7 +24,7 @@ HOOKS = ("detect", "facts", "acceptance", "per_response", "refusal", "capabiliti
 
 
 def _route_imports(path: Path) -> set[str]:
-    """The fixtures.routes submodules a source file imports (absolute or relative)."""
+    """The spec_route_suite.routes submodules a source file imports (absolute or relative)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
@@ -34,10 +34,8 @@ def _route_imports(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         for name in names:
             parts = name.split(".")
-            if "routes" in parts and "fixtures" in parts:
-                tail = parts[parts.index("routes") + 1:]
-                if tail:
-                    found.add(tail[0])
+            if parts[:2] == ["spec_route_suite", "routes"] and len(parts) > 2:
+                found.add(parts[2])
     return found
 
 
@@ -54,8 +52,8 @@ def test_no_check_imports_an_adapter():
 def test_the_import_scan_sees_an_adapter_import(tmp_path):
     """The scan above can fail: an adapter import, absolute or from a function body, is seen."""
     source = tmp_path / "check.py"
-    source.write_text("def f():\n    from spec_route_suite.fixtures.routes.hf import HFRoute\n"
-                      "from spec_route_suite.fixtures.routes import openai\n")
+    source.write_text("def f():\n    from spec_route_suite.routes.hf import HFRoute\n"
+                      "from spec_route_suite.routes import openai\n")
     assert _route_imports(source) == {"hf", "openai"}
 
 

@@ -3,7 +3,7 @@
 Unit-level tests (the [servers] table, the /metrics parser, judging a run) run everywhere. The
 tests against real servers need `--llama-cpp` (they build llama-server once, ~10+ min on 2
 cores, and start four servers) and skip with the reason otherwise. The three servers of
-routes/llama-cpp.toml are reused when healthy (`python -m spec_route_suite.fixtures.servers.llama_cpp
+routes/llama-cpp.toml are reused when healthy (`python -m spec_route_suite.servers.llama_cpp
 start`), else started here for the module and stopped by the last user (a lease); a fourth server,
 loaded with our draft model but with no speculative type, shows "speculation did not run".
 """
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, ConfigError, load_routes_file, spec_from_table
-from spec_route_suite.fixtures.servers import server_acceptance_delta, snapshot_acceptance
-from spec_route_suite.fixtures.servers.llama_cpp import (PRESET, REPO_ROOT, ServerSet, Speculation, install,
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.metrics import acceptance_from_metrics
+from spec_route_suite.routes.spec import EMBEDDED_MODELS, ConfigError, load_routes_file, spec_from_table
+from spec_route_suite.servers import server_acceptance_delta, snapshot_acceptance
+from spec_route_suite.servers.llama_cpp import (PRESET, REPO_ROOT, ServerSet, Speculation, install,
                                                           load_server_set)
 from spec_route_suite.reports.acceptance import DID_NOT_RUN, RAN, speculation_problems, speculation_status
 from spec_route_suite.reports.run_report import verdict_of
@@ -78,7 +78,7 @@ def test_metrics_parser_reads_llama_cpp_counters():
 def test_llama_cpp_route_kind_is_an_http_route(tmp_path):
     spec = spec_from_table("c", {"kind": "llama-cpp", "base_url": "http://127.0.0.1:18200", "model": "m",
                                  "tokenizer": str(EMBEDDED_MODELS / "target")}, base=tmp_path)
-    from spec_route_suite.fixtures.routes.registry import build_route
+    from spec_route_suite.routes.registry import build_route
     route = build_route(spec)
     assert route.generate_url == "http://127.0.0.1:18200/completion" and not route.capabilities.prompt_logprobs
     payload = route.completion_payload(Request(prompt_ids=(1, 2), max_tokens=3, top_k=0, logprobs=2))
@@ -96,7 +96,7 @@ def built(llama_cpp_requested):
 
 @pytest.fixture(scope="module")
 def servers(built):
-    from spec_route_suite.fixtures.servers.llama_cpp import acquire_lease
+    from spec_route_suite.servers.llama_cpp import acquire_lease
     lease = acquire_lease(load_server_set(PRESET))
     yield lease
     lease.release()
@@ -105,7 +105,7 @@ def servers(built):
 @pytest.fixture(scope="module")
 def no_spec_server(built, tmp_path_factory):
     """Our draft model loaded (-md) but no --spec-type: llama.cpp never drafts."""
-    from spec_route_suite.fixtures.servers.llama_cpp import acquire_lease
+    from spec_route_suite.servers.llama_cpp import acquire_lease
     preset = load_server_set(PRESET)
     ar = preset.by_name(["ar"])[0]
     server = dataclasses.replace(ar, name="draft_no_spec", port=NO_SPEC_PORT,
@@ -123,7 +123,7 @@ def routes(servers):
 
 @pytest.fixture(scope="module")
 def handles(routes):
-    from spec_route_suite.fixtures.session import RouteSession
+    from spec_route_suite.session import RouteSession
     session = RouteSession((routes.baseline, *routes.candidates), 300.0)
     yield {spec.name: session.handle(spec.name) for spec in (routes.baseline, *routes.candidates)}
     session.close()
@@ -131,7 +131,7 @@ def handles(routes):
 
 @pytest.fixture(scope="module")
 def prompts():
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.routes.hf import load_tokenizer
     tokenizer = load_tokenizer(str(EMBEDDED_MODELS / "target"))
     return tokenizer, [tuple(tokenizer.encode(text)) for text in TEXTS]
 
@@ -222,7 +222,7 @@ def test_acceptance_from_timings_and_metrics_shows_speculation_ran(routes, handl
 
 
 def test_draft_model_without_speculation_is_reported_as_speculation_did_not_run(no_spec_server, prompts):
-    from spec_route_suite.fixtures.session import RouteSession
+    from spec_route_suite.session import RouteSession
     _, ids = prompts
     spec = spec_from_table("draft_no_spec", {"kind": "llama-cpp", "base_url": no_spec_server.base_url,
                                              "model": "tiny-target", "tokenizer": str(EMBEDDED_MODELS / "target"),
@@ -282,8 +282,8 @@ OPENAI_PRESET = REPO_ROOT / "routes" / "llama-cpp-openai.toml"
 def openai_handles(built):
     """routes/llama-cpp-openai.toml: AR, draft-simple and -md without --spec-type, no --metrics, addressed as
     `openai:` routes on /v1 (what most users point the suite at)."""
-    from spec_route_suite.fixtures.servers.llama_cpp import acquire_lease
-    from spec_route_suite.fixtures.session import RouteSession
+    from spec_route_suite.servers.llama_cpp import acquire_lease
+    from spec_route_suite.session import RouteSession
     lease = acquire_lease(load_server_set(OPENAI_PRESET))
     routes = load_routes_file(str(OPENAI_PRESET), base=REPO_ROOT)
     session = RouteSession((routes.baseline, *routes.candidates), 300.0)
@@ -313,7 +313,7 @@ def test_an_openai_route_reads_what_the_llama_cpp_server_states(openai_handles, 
 def test_a_refusal_teaches_the_route_its_context_and_a_chat_is_measured_as_the_server_renders_it(openai_handles,
                                                                                                  prompts):
     from spec_route_suite.fixtures.prompts.chat import chat_request
-    from spec_route_suite.fixtures.routes.errors import ContextExceeded
+    from spec_route_suite.routes.errors import ContextExceeded
     tokenizer, ids = prompts
     handle = openai_handles["baseline"]
     too_long = Request(prompt_ids=tuple(ids[0]) * 40, max_tokens=4, request_id="too-long")

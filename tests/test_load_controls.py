@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import Capabilities
+from spec_route_suite.routes.base import Capabilities
 from spec_route_suite.stressors.canary import build_workload, mean_latency, serial_references
 from spec_route_suite.stressors.control import (EXACT_PART, NO_LOAD_CONTROL, Count, LoadComparison, LoadControl,
                                                 differing, excess_p, record)

@@ -1,7 +1,7 @@
 """The report a maintainer gets for the motivating bug, end to end over real HTTP.
 
 The reference engine with its cross-context mixing fault is served as an OpenAI-compatible
-server (fixtures.servers.inprocess); the route suite's mixing stressor judges it through the
+server (spec_route_suite.servers.inprocess); the route suite's mixing stressor judges it through the
 openai adapter, with a secret API key and a secret header in the route file. The run folder
 must hold an issue-ready summary.md, an HTML report that renders in Chromium, and a repro
 script that reproduces the failure against the same server on its own. A second run against
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.browser import CHROMIUM, chromium
 from tests.test_run_folder import secret_routes_file
 

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from filelock import FileLock
 
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.mutation import (COMMON_ARGS, CONTROL, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
                             correct_uri, default_baseline_uri, format_table, missing_reason, other_catchers,
                             run_route_suite, verdict_for)

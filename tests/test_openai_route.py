@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import (CapabilityMissing, ContextExceeded, RouteDisconnected, RouteError,
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import (CapabilityMissing, ContextExceeded, RouteDisconnected, RouteError,
                                                     RouteHTTPError, RouteMalformed, RouteTimeout)
-from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
-from spec_route_suite.fixtures.routes.openai import OpenAIRoute
-from spec_route_suite.fixtures.routes.sglang_generate import SGLangRoute
-from spec_route_suite.fixtures.routes.registry import build_route
-from spec_route_suite.fixtures.routes.spec import RouteSpec, Timeouts
-from spec_route_suite.fixtures.routes.textlevel import retokenize
+from spec_route_suite.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
+from spec_route_suite.routes.openai import OpenAIRoute
+from spec_route_suite.routes.sglang_generate import SGLangRoute
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import RouteSpec, Timeouts
+from spec_route_suite.routes.textlevel import retokenize
 
 from tests.http_fakes import (EOS, RECORDED, FakeServer, free_port, recorded, text_of, toy_generate,
                          toy_logprob, toy_top, write_toy_tokenizer)
@@ -362,7 +362,7 @@ def test_score_server_failure_is_not_a_capability(server, toy_tokenizer):
 # ---- inventory, acceptance, health ----
 
 def test_inventory(server, toy_tokenizer):
-    from spec_route_suite.fixtures.routes.hf import tokenizer_hash
+    from spec_route_suite.routes.hf import tokenizer_hash
     route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
     inv = call(route, "inventory")
     assert route.capabilities.logprobs == 10  # narrowed to the server's max_logprobs
@@ -474,7 +474,7 @@ def test_recorded_live_vllm_shapes(toy_tokenizer):
     scored = route.parse_score(rec["score_response"], prompt, plain.token_ids, 2)
     for generated, forced in zip(plain.logprobs, scored):  # the engine agrees with itself
         assert forced.token_id == generated.token_id and abs(forced.logprob - generated.logprob) < 1e-4
-    from spec_route_suite.fixtures.routes.flavours import Probes, by_name
+    from spec_route_suite.routes.flavours import Probes, by_name
     facts = by_name("vllm").facts(Probes(bodies={"/server_info?config_format=json": rec["server_info"]}, notes={},
                                          model="tiny-target"))
     assert dict(facts.speculation) == {"method": "draft_model", "num_speculative_tokens": 4}
@@ -682,8 +682,8 @@ def test_one_answer_without_logprobs_entries_is_that_answers_gap_not_the_routes(
     """On a server whose ids come inside logprobs entries, an answer without entries has incomplete ids: it is
     marked as such (text-level, id_gap) and the route keeps its logprobs; only a server never seen giving ids in
     entries is told it lacks them."""
-    from spec_route_suite.fixtures.routes.openai_answers import NO_ENTRIES
-    from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, spec_from_table
+    from spec_route_suite.routes.openai_answers import NO_ENTRIES
+    from spec_route_suite.routes.spec import EMBEDDED_MODELS, spec_from_table
     spec = spec_from_table("c", {"kind": "openai", "base_url": "http://127.0.0.1:18210/v1", "model": "m",
                                  "tokenizer": str(EMBEDDED_MODELS / "target")}, base=tmp_path)
     req = Request(prompt_ids=(1, 2), max_tokens=1, temperature=2.0, logprobs=1, request_id="byte")

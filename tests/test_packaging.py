@@ -26,10 +26,29 @@ def _pyproject() -> dict:
 
 def test_every_package_folder_is_installed_under_one_import_name():
     listed = set(_pyproject()["tool"]["setuptools"]["packages"])
-    on_disk = {"spec_route_suite." + str(init.parent.relative_to(ROOT)).replace("/", ".")
-               for top in TOPS for init in (ROOT / top).rglob("__init__.py")}
-    assert on_disk - listed == set(), "package folders missing from pyproject's packages list"
+    mapped = {"spec_route_suite." + str(init.parent.relative_to(ROOT)).replace("/", ".")
+              for top in TOPS for init in (ROOT / top).rglob("__init__.py")}
+    core = {str(init.parent.relative_to(ROOT)).replace("/", ".")
+            for init in (ROOT / "spec_route_suite").rglob("__init__.py")}
+    assert (mapped | core) - listed == set(), "package folders missing from pyproject's packages list"
     assert all(name.startswith("spec_route_suite") for name in listed)
+
+
+def test_the_core_folders_are_their_import_paths():
+    """spec_route_suite.X.Y is the file spec_route_suite/X/Y.py; only the design card's folders are mapped."""
+    mapping = _pyproject()["tool"]["setuptools"]["package-dir"]
+    assert mapping.pop("spec_route_suite") == "spec_route_suite"
+    assert mapping == {f"spec_route_suite.{top}": top for top in TOPS} | {"spec_route_suite.presets": "routes"}
+    init = (ROOT / "spec_route_suite" / "__init__.py").read_text()
+    assert "__path__" not in init, "no __path__ manipulation: a checkout imports as the wheel does"
+
+
+@pytest.mark.parametrize("name", ["tests", "benchmarks", "scripts", "docs"])
+def test_the_checkouts_other_folders_are_not_subpackages(name):
+    """`import spec_route_suite.tests` fails in a checkout, as in an installed wheel."""
+    done = subprocess.run([sys.executable, "-c", f"import spec_route_suite.{name}"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr, done.stdout + done.stderr
 
 
 def test_the_two_pytest_configs_agree():

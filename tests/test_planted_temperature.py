@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import Capabilities, Completion, Request
-from spec_route_suite.fixtures.routes.planted import TEMPERATURE, parse_plant, planted
-from spec_route_suite.fixtures.routes.spec import ConfigError, parse_route_uri
+from spec_route_suite.routes.base import Capabilities, Completion, Request
+from spec_route_suite.routes.planted import TEMPERATURE, parse_plant, planted
+from spec_route_suite.routes.spec import ConfigError, parse_route_uri
 
 
 def spec(uri: str):

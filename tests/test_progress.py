@@ -67,7 +67,7 @@ def test_status_line_fits_after_pytest_output_and_erases_itself():
 FAKE_CHECKS = '''
 import asyncio
 import pytest
-from spec_route_suite.fixtures.routes.base import Capabilities, Completion, Request
+from spec_route_suite.routes.base import Capabilities, Completion, Request
 from spec_route_suite.stressors.driver import burst, drive, plan
 
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.config import suite_config_from_options
+from spec_route_suite.config import suite_config_from_options
 from spec_route_suite.fixtures.models.corpus import render_chat
 from spec_route_suite.fixtures.prompts.loaders import load, source_records
 from spec_route_suite.fixtures.prompts.prompt_set import build_prompt_set, chat_picks, lean_picks, prompt_set
 from spec_route_suite.fixtures.prompts.rows import MalformedRow
 from spec_route_suite.fixtures.prompts.samples import write_samples
 from spec_route_suite.fixtures.prompts.sources import parse_source, sources_from_table
-from spec_route_suite.fixtures.routes.spec import ConfigError
+from spec_route_suite.routes.spec import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,9 +19,9 @@ import torch
 from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.errors import RouteTimeout
-from spec_route_suite.fixtures.routes.spec import ConfigError, RouteSpec, parse_route_uri
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import RouteTimeout
+from spec_route_suite.routes.spec import ConfigError, RouteSpec, parse_route_uri
 
 K = 4
 MAX_TOKENS = 64
@@ -30,7 +30,7 @@ MAX_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def models():
-    from spec_route_suite.fixtures.routes.reference.route import load_model
+    from spec_route_suite.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR))
 
@@ -44,7 +44,7 @@ def spec_of(name: str = "candidate", **options) -> RouteSpec:
 @pytest.fixture(scope="module")
 def make(models, loop):
     """make(**options) -> a ReferenceRoute sharing the loaded pair (closed at module end)."""
-    from spec_route_suite.fixtures.routes.reference import ReferenceRoute
+    from spec_route_suite.reference import ReferenceRoute
     built = []
 
     def build(**options):
@@ -63,7 +63,7 @@ def ref(make):
 
 @pytest.fixture(scope="module")
 def ar(loop):
-    from spec_route_suite.fixtures.routes.hf import HFRoute
+    from spec_route_suite.routes.hf import HFRoute
     return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
 
 
@@ -198,7 +198,7 @@ def test_acceptance_counters_are_consistent_and_speculation_ran(loop, make, prom
     assert len(per_pos) == K and sum(per_pos) == snap.accepted and snap.draft_tokens == K * snap.drafts
     assert all(a >= b for a, b in zip(per_pos, per_pos[1:])), per_pos
     assert snap.mean_acceptance_length > 1.5, "speculation did not run (acceptance length ~1)"
-    from spec_route_suite.fixtures.routes.metrics import acceptance_from_metrics
+    from spec_route_suite.routes.metrics import acceptance_from_metrics
     scraped = acceptance_from_metrics(route.engine.counters.prometheus())
     own = loop.run(route.acceptance(), timeout=10)
     # The same counters read two ways: scraped from /metrics they are the server's, read off the route its own.
@@ -226,7 +226,7 @@ def test_inventory_names_engine_draft_k_and_fault(loop, make):
                                         ("reference:?noise=-1", "candidate.noise"),
                                         ("reference:?fualt=kv_no_rollback", "candidate.fualt")])
 def test_bad_options_name_their_field(uri, field):
-    from spec_route_suite.fixtures.routes.reference import engine_config_from_spec
+    from spec_route_suite.reference import engine_config_from_spec
     with pytest.raises(ConfigError) as err:
         engine_config_from_spec(parse_route_uri("candidate", uri, base=TARGET_DIR))
     assert err.value.field == field
@@ -301,7 +301,7 @@ def test_kv_slot_swap_corrupts_rows_only_in_company(loop, make, prompt_ids, ar_o
 
 
 def test_logit_noise_splits_only_at_near_ties(loop, make, prompt_ids, ar_outputs):
-    from spec_route_suite.fixtures.routes.reference.faults import FaultConfig
+    from spec_route_suite.reference.faults import FaultConfig
     noise = FaultConfig().noise
     route = make(fault="logit_noise", seed=1)
     names = list(prompt_ids)
@@ -324,7 +324,7 @@ def test_rows_reading_one_shared_prompt_copy_compute_what_copied_rows_compute():
     rollbacks, rows leaving, a padded prompt of another length and a late copy into the rows (materialize, as a
     kv_slot_swap needs), their logits are the copied rows' to float rounding."""
     from transformers import AutoModelForCausalLM
-    from spec_route_suite.fixtures.routes.reference.prefill import prefilled
+    from spec_route_suite.reference.prefill import prefilled
     model = AutoModelForCausalLM.from_pretrained(str(TARGET_DIR), dtype=torch.float32).eval()
     contexts = [[1, 5, 9, 14, 20, 33, 7], [1, 8, 8, 3, 12]] * 3 + [[1, 5, 9, 14, 20, 33, 7]]
     with torch.inference_mode():

@@ -23,11 +23,11 @@ from scipy import stats
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.reference.engine import EngineConfig, SpecEngine
-from spec_route_suite.fixtures.routes.reference.faults import FaultConfig
-from spec_route_suite.fixtures.routes.reference.laws import Sampling, bonus_law, fault_first_token_law, processed, tv
-from spec_route_suite.fixtures.routes.reference.sampling import RowParams, RuleFaults, one_hot, process_logits, sample, verify_block
+from spec_route_suite.routes.base import Request
+from spec_route_suite.reference.engine import EngineConfig, SpecEngine
+from spec_route_suite.reference.faults import FaultConfig
+from spec_route_suite.reference.laws import Sampling, bonus_law, fault_first_token_law, processed, tv
+from spec_route_suite.reference.sampling import RowParams, RuleFaults, one_hot, process_logits, sample, verify_block
 
 ALPHA = 0.01
 GOF_N = 16384          # 2% TV at df 9 (see module docstring)
@@ -169,8 +169,8 @@ def test_greedy_rows_are_one_hot_at_the_raw_argmax():
 def pair():
     if not (TARGET_DIR / "model.safetensors").exists():
         pytest.skip("the embedded models are not trained yet (fixtures/models/target/model.safetensors)")
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
-    from spec_route_suite.fixtures.routes.reference.route import load_model
+    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR)), load_tokenizer(str(TARGET_DIR))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot
+from spec_route_suite.routes.base import AcceptanceSnapshot
 from spec_route_suite.reports.acceptance import (DID_NOT_RUN, MISSING, RAN, UNKNOWN, acceptance_profile,
                                                 speculation_status)
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
@@ -114,7 +114,7 @@ def test_baseline_parity_warns_on_anything_but_speculation(tmp_path):
 
 
 def test_server_memory_gauges_are_read_from_metrics_text():
-    from spec_route_suite.fixtures.servers import _gauges
+    from spec_route_suite.servers import _gauges
     text = ("# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 3.2e+09\n"
             'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25\nnot a sample\n')
     assert _gauges(text) == {"resident_memory_mib": 3051.8, "kv_cache_usage": 0.25}

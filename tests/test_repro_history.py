@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from spec_route_suite.fixtures.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.reports.repro import _requests, _shrunk, render_curl
 from spec_route_suite.reports.repro_spec import parity_repro
 from spec_route_suite.stressors.sessions import Transcript, Turn, history_before

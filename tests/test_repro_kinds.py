@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.fault_server import FaultPlan, serve_faults
 from tests.mutation import run_route_suite
 

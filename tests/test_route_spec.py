@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.config import suite_config_from_options
-from spec_route_suite.fixtures.routes.spec import (EMBEDDED_MODELS, ConfigError, load_routes_file, parse_route_uri,
+from spec_route_suite.config import suite_config_from_options
+from spec_route_suite.routes.spec import (EMBEDDED_MODELS, ConfigError, load_routes_file, parse_route_uri,
                                   spec_from_table)
 
 ROOT = Path(__file__).resolve().parent.parent

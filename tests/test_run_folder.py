@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
-from spec_route_suite.fixtures.servers.managed import judge_run
+from spec_route_suite.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.servers.managed import judge_run
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-test-planted-key-5f2c9a"

@@ -30,8 +30,8 @@ from spec_route_suite.fixtures.models.chatml_corpus import MAKERS
 from spec_route_suite.fixtures.models.tokenizer import SP_SPECIAL_TOKENS
 from spec_route_suite.fixtures.prompts.encode import encode_record
 from spec_route_suite.fixtures.prompts.records import CATEGORIES, load_prompt_set
-from spec_route_suite.fixtures.routes.chat_output import parse_whole
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.routes.chat_output import parse_whole
+from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.test_suite_end_to_end import run_suite
 
 TARGET, DRAFT = PAIR2_DIR / "target", PAIR2_DIR / "draft"

@@ -13,7 +13,7 @@ import pytest
 
 import spec_route_suite.equivalence.test_spec_path as spec_suite
 from spec_route_suite.equivalence.spec_path import FAMILIES, Share, silently_off
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 from tests.test_greedy_routes import (ReferenceHandles, Rewired, Sink, baseline_handle, fitted_prompts, handle,
                                       tokenizer)
 

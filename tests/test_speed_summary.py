@@ -6,7 +6,7 @@ wait) and the row says how many streams came at once; a stream with real gaps is
 """
 from __future__ import annotations
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 from spec_route_suite.reports.speed import speed_table
 from spec_route_suite.stressors.driver import LoadRun, Outcome
 from spec_route_suite.stressors.speed import summarize

@@ -14,8 +14,8 @@ from spec_route_suite.equivalence.stated_boundaries import KINDS, Stated, plan, 
 from spec_route_suite.fixtures.prompts.exact import ExactPrompts
 from spec_route_suite.fixtures.prompts.fit import ContextFit, RouteContext
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import RouteInventory
-from spec_route_suite.fixtures.routes.spec import RouteSpec
+from spec_route_suite.routes.base import RouteInventory
+from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.stressors.near_tie import NearTiePolicy
 from tests.test_greedy_routes import FixedCalibration, ReferenceHandles, Sink, baseline_handle, tokenizer
 

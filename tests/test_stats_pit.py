@@ -34,7 +34,7 @@ def test_processed_probs_match_transformers_warpers(setting):
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.name for s in SETTINGS])
 def test_processed_probs_match_the_reference_engine(setting):
-    from spec_route_suite.fixtures.routes.reference.sampling import RowParams, process_logits
+    from spec_route_suite.reference.sampling import RowParams, process_logits
     logits = torch.randn(8, 512, generator=torch.Generator().manual_seed(1)) * 3
     params = RowParams.of([(setting.temperature, setting.top_k, setting.top_p)] * 8)
     theirs = process_logits(logits.unsqueeze(1), params)[:, 0].double().numpy()

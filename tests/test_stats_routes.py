@@ -16,11 +16,11 @@ from spec_route_suite.equivalence.stats.planner import plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Request
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.routes.registry import build_route
-from spec_route_suite.fixtures.routes.spec import default_baseline
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import default_baseline
+from spec_route_suite.session import RouteHandle
 
 ALPHA = 0.01
 PLAN = SequentialPlan()
@@ -150,7 +150,7 @@ def test_reference_engine_scores_every_token_in_one_batch(hf):
     """The reference engine as a baseline gives whole-vocabulary rows too (its `score_rows` hook), equal to its own
     teacher forcing; a route with neither a hook nor logprobs up to the vocabulary is never asked for them."""
     from pathlib import Path
-    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.routes.spec import parse_route_uri
     handle, ids, vocab = hf
     spec = parse_route_uri("reference", "reference:", base=Path("."))
     ref = RouteHandle(build_route(spec), spec, handle.loop, 300)
@@ -172,7 +172,7 @@ def test_a_look_drawn_in_one_batch_gives_each_prompt_its_own_samples():
     n-choice share included."""
     import torch
     torch.set_num_threads(1)
-    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.routes.spec import parse_route_uri
     loop = BackgroundLoop()
     try:
         spec = parse_route_uri("candidate", "reference:", base=Path(__file__).resolve().parent.parent, environ={})
@@ -202,7 +202,7 @@ def test_a_look_drawn_in_one_batch_gives_each_prompt_its_own_samples():
 
 def test_sample_many_batches_rows_of_similar_prompt_length():
     """A batch's KV is padded to its longest row: short prompts are not batched with a 440-token one."""
-    from spec_route_suite.fixtures.routes.reference.route import _length_groups
+    from spec_route_suite.reference.route import _length_groups
     rows = [Request(prompt_ids=(1,) * length, max_tokens=1) for length in (30, 440, 32, 100, 31, 430)]
     assert _length_groups(rows, 8) == [[0, 4, 2], [3], [5, 1]]
     assert _length_groups(rows, 2) == [[0, 4], [2], [3], [5, 1]]

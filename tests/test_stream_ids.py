@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import Completion
-from spec_route_suite.fixtures.routes.textlevel import retokenize
+from spec_route_suite.routes.base import Completion
+from spec_route_suite.routes.textlevel import retokenize
 from tests.test_greedy_routes import Rewired, Sink, handle, prompts, reference_route, tokenizer
 from tests.test_greedy_streaming import run_stream
 

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import spec_route_suite.fixtures.session as session
+import spec_route_suite.session as session
 import spec_route_suite.stressors.test_aborts as aborts
-from spec_route_suite.fixtures.routes.base import Capabilities
-from spec_route_suite.fixtures.routes.errors import RouteDisconnected
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.routes.spec import RouteSpec
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.base import Capabilities
+from spec_route_suite.routes.errors import RouteDisconnected
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.routes.spec import RouteSpec
+from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for

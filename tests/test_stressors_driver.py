@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import Capabilities, Completion, Request
-from spec_route_suite.fixtures.routes.errors import RouteHTTPError
+from spec_route_suite.routes.base import Capabilities, Completion, Request
+from spec_route_suite.routes.errors import RouteHTTPError
 from spec_route_suite.stressors.driver import (BATCHED_DEFAULT, SERIAL_DEFAULT, Submission, budget_for, burst, bursts, drive,
                               mixed_arrivals, plan, random_arrivals, round_robin)
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 
 from spec_route_suite.fixtures.models import corpus
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, RouteInventory
+from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, RouteInventory
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>")
 EOS_ID, USER_ID = 2, 4

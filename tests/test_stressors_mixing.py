@@ -6,7 +6,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from spec_route_suite.fixtures.routes.base import Completion
+from spec_route_suite.routes.base import Completion
 from spec_route_suite.fixtures.models import corpus
 from spec_route_suite.stressors.canary import build_workload, canary_question, renderer, serial_references
 from spec_route_suite.stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin

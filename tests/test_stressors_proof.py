@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.canary import build_workload, mean_latency, renderer, serial_references
 from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS
 from spec_route_suite.stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin
@@ -37,9 +37,9 @@ ROUTE_SUITE_LOAD = 128   # --stress-requests of every route-suite run below, the
 
 @pytest.fixture(scope="module")
 def bench():
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
-    from spec_route_suite.fixtures.routes.reference.route import ReferenceRoute, load_model
-    from spec_route_suite.fixtures.routes.spec import parse_route_uri
+    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.reference.route import ReferenceRoute, load_model
+    from spec_route_suite.routes.spec import parse_route_uri
 
     torch.set_num_threads(1)
     loop = BackgroundLoop()

@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 
-from spec_route_suite.fixtures.routes.spec import RouteSpec
+from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.driver import drive
 from spec_route_suite.stressors.mixing import detect
@@ -200,7 +200,7 @@ def test_http_replay_script_needs_only_httpx(tmp_path, mixing, code):
 def test_llama_cpp_replay_script_resends_the_adapters_native_request(tmp_path, mixing, code):
     """The script posts what LlamaCppRoute sent (/completion, n_predict, return_tokens), not an OpenAI body to a
     path llama.cpp answers in its own shape."""
-    from spec_route_suite.fixtures.routes.registry import build_route
+    from spec_route_suite.routes.registry import build_route
     with fake_server(mixing) as root:
         spec = RouteSpec(name="candidate", kind="llama-cpp", model="fake", base_url=root)
         script = replay_script(title="llama mix", schedule=MINIMAL, workload=WORKLOAD, references=REFS, spec=spec,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.routes.spec import EMBEDDED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = EMBEDDED_MODELS / "target"

@@ -15,12 +15,12 @@ from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, Rou
 from spec_route_suite.fixtures.prompts.loaders import load
 from spec_route_suite.fixtures.prompts.records import PromptRecord
 from spec_route_suite.fixtures.prompts.samples import write_samples
-from spec_route_suite.fixtures.routes.base import Completion
-from spec_route_suite.fixtures.routes.hf import load_tokenizer
-from spec_route_suite.fixtures.routes.loop import BackgroundLoop
-from spec_route_suite.fixtures.routes.planted import PlantedDivergenceRoute, parse_plant
-from spec_route_suite.fixtures.routes.spec import parse_route_uri
-from spec_route_suite.fixtures.session import RouteHandle
+from spec_route_suite.routes.base import Completion
+from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.routes.loop import BackgroundLoop
+from spec_route_suite.routes.planted import PlantedDivergenceRoute, parse_plant
+from spec_route_suite.routes.spec import parse_route_uri
+from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.code_exec import passes
 from spec_route_suite.stressors.driver import burst, drive_handle, plan
 from spec_route_suite.stressors.scorers import code_of, final_number, gold_right, same_answer
@@ -74,7 +74,7 @@ def test_code_execution_runs_tests_in_a_contained_child():
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    from spec_route_suite.fixtures.routes.reference.route import ReferenceRoute, load_model
+    from spec_route_suite.reference.route import ReferenceRoute, load_model
     torch.set_num_threads(1)
     paths = write_samples(tmp_path_factory.mktemp("samples"), per_set=8)
     records = (load("gsm8k", paths["gsm8k"])[:4] + load("mt_bench", paths["mt_bench"])[:2]

@@ -1,6 +1,6 @@
 """Servers that return no token ids: the route suite judges them at text level, over real HTTP.
 
-The in-process OpenAI server (fixtures.servers.inprocess) strips token ids from its answers
+The in-process OpenAI server (spec_route_suite.servers.inprocess) strips token ids from its answers
 (`token_ids="none"`, like a gateway or hosted API) or gives them only inside logprobs entries
 (`token_ids="logprobs"`, like llama.cpp). Each detector is proven both ways at one budget: a
 correct engine passes the greedy, boundary and streaming checks at text level and says so; a
@@ -24,12 +24,12 @@ from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.equivalence.test_streaming import accounting_problems, delivery_differences
 from spec_route_suite.fixtures.prompts.encode import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.fixtures.routes.base import Completion, Request
-from spec_route_suite.fixtures.routes.hf import load_tokenizer
-from spec_route_suite.fixtures.routes.openai import OpenAIRoute
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, parse_route_uri
-from spec_route_suite.fixtures.routes.textlevel import BLIND, TEXT_LEVEL, aligned, describe, retokenize
-from spec_route_suite.fixtures.servers.inprocess import serve_in_thread
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.routes.openai import OpenAIRoute
+from spec_route_suite.routes.spec import EMBEDDED_MODELS, parse_route_uri
+from spec_route_suite.routes.textlevel import BLIND, TEXT_LEVEL, aligned, describe, retokenize
+from spec_route_suite.servers.inprocess import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = EMBEDDED_MODELS / "target"

@@ -1,12 +1,12 @@
 """The OpenAI adapter and the server helpers against real vLLM-for-CPU servers (AR, ngram, draft_model).
 
 The servers of routes/vllm-cpu.toml are reused when healthy (e.g. after
-`python -m spec_route_suite.fixtures.servers.vllm_cpu start`) and otherwise started here once for all xdist workers,
+`python -m spec_route_suite.servers.vllm_cpu start`) and otherwise started here once for all xdist workers,
 then stopped by the last user (a lease in the shared state dir). Skipped, with the reason, when the
-vLLM venv is not installed (`python -m spec_route_suite.fixtures.servers.vllm_cpu install`; CI installs it) or the
+vLLM venv is not installed (`python -m spec_route_suite.servers.vllm_cpu install`; CI installs it) or the
 tiny models are not trained.
 Collected only with `pytest tests --vllm` (tests/conftest.py). Environment: none here
-(fixtures.servers.vllm_cpu documents the variables it reads).
+(spec_route_suite.servers.vllm_cpu documents the variables it reads).
 """
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.routes.base import AcceptanceSnapshot, Request
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS, load_routes_file
-from spec_route_suite.fixtures.servers import acceptance_profile, server_acceptance_delta, snapshot_acceptance
-from spec_route_suite.fixtures.servers.vllm_cpu import PRESET, REPO_ROOT, VERSION, acquire_lease, install_problem, load_server_set
+from spec_route_suite.routes.base import AcceptanceSnapshot, Request
+from spec_route_suite.routes.spec import EMBEDDED_MODELS, load_routes_file
+from spec_route_suite.servers import acceptance_profile, server_acceptance_delta, snapshot_acceptance
+from spec_route_suite.servers.vllm_cpu import PRESET, REPO_ROOT, VERSION, acquire_lease, install_problem, load_server_set
 
 def _integration_skip_reason() -> str | None:
     if not (EMBEDDED_MODELS / "target" / "training.json").exists():
         return "the tiny models are not trained yet (python -m spec_route_suite.fixtures.models.train)"
     problem = install_problem()
     if problem is not None:
-        return f"vLLM for CPU not installed ({problem}); run: python -m spec_route_suite.fixtures.servers.vllm_cpu install"
+        return f"vLLM for CPU not installed ({problem}); run: python -m spec_route_suite.servers.vllm_cpu install"
     return None
 
 
@@ -57,7 +57,7 @@ def routes(servers):
 
 @pytest.fixture(scope="module")
 def handles(routes):
-    from spec_route_suite.fixtures.session import RouteSession
+    from spec_route_suite.session import RouteSession
     session = RouteSession((routes.baseline, *routes.candidates), 300.0)
     yield {name: session.handle(name) for name in session.specs}
     session.close()
@@ -65,7 +65,7 @@ def handles(routes):
 
 @pytest.fixture(scope="module")
 def prompts():
-    from spec_route_suite.fixtures.routes.hf import load_tokenizer
+    from spec_route_suite.routes.hf import load_tokenizer
     tokenizer = load_tokenizer(str(EMBEDDED_MODELS / "target"))
     return [tuple(tokenizer(t, add_special_tokens=True)["input_ids"]) for t in TEXTS]
 
@@ -211,7 +211,7 @@ def fake(tmp_path):
     import stat
     import sys
 
-    from spec_route_suite.fixtures.servers.vllm_cpu import ServerConfig, ServerSet
+    from spec_route_suite.servers.vllm_cpu import ServerConfig, ServerSet
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (tmp_path / "fake_vllm.py").write_text(FAKE_SERVER)
@@ -227,12 +227,12 @@ def fake(tmp_path):
                                      extra_args=tuple(extra)) for n, extra in specs)
         return ServerSet(servers=servers, venv=venv, state_dir=tmp_path / "state", startup_timeout_s=30)
     yield make
-    from spec_route_suite.fixtures.servers.vllm_cpu import stop
+    from spec_route_suite.servers.vllm_cpu import stop
     stop(tmp_path / "state", log=lambda _: None)
 
 
 def _tokens(state_dir: Path) -> dict[str, str]:
-    from spec_route_suite.fixtures.servers.vllm_cpu import State
+    from spec_route_suite.servers.vllm_cpu import State
     return {name: rec["token"] for name, rec in State(state_dir).read().items()}
 
 
@@ -240,7 +240,7 @@ def test_start_reuses_healthy_servers_and_stop_kills_exactly_ours(fake):
     import subprocess
     import sys
 
-    from spec_route_suite.fixtures.servers.vllm_cpu import State, processes_with_token, server_processes, start, stop
+    from spec_route_suite.servers.vllm_cpu import State, processes_with_token, server_processes, start, stop
     server_set = fake(("a", []), ("b", []))
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -263,8 +263,8 @@ def test_start_reuses_healthy_servers_and_stop_kills_exactly_ours(fake):
 
 
 def test_failed_start_stops_every_server_it_started(fake):
-    from spec_route_suite.fixtures.servers import ServerError
-    from spec_route_suite.fixtures.servers.vllm_cpu import State, start
+    from spec_route_suite.servers import ServerError
+    from spec_route_suite.servers.vllm_cpu import State, start
     server_set = fake(("good", []), ("bad", ["--fake-fail"]))
     with pytest.raises(ServerError, match="bad: server exited during start-up"):
         start(server_set, log=lambda _: None)
@@ -287,8 +287,8 @@ def _processes_in(state_dir: Path) -> list[int]:
 def test_foreign_process_on_the_port_is_refused_not_killed(fake):
     import socket
 
-    from spec_route_suite.fixtures.servers import ServerError
-    from spec_route_suite.fixtures.servers.vllm_cpu import start
+    from spec_route_suite.servers import ServerError
+    from spec_route_suite.servers.vllm_cpu import start
     server_set = fake(("a", []))
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -299,7 +299,7 @@ def test_foreign_process_on_the_port_is_refused_not_killed(fake):
 
 
 def test_last_lease_stops_session_servers_but_never_cli_ones(fake):
-    from spec_route_suite.fixtures.servers.vllm_cpu import acquire_lease, processes_with_token, start
+    from spec_route_suite.servers.vllm_cpu import acquire_lease, processes_with_token, start
     server_set = fake(("a", []))
     quiet = lambda _: None  # noqa: E731
     first = acquire_lease(server_set, log=quiet)
@@ -314,8 +314,8 @@ def test_last_lease_stops_session_servers_but_never_cli_ones(fake):
 
 
 def test_servers_table_errors_name_the_field(tmp_path):
-    from spec_route_suite.fixtures.routes.spec import ConfigError
-    from spec_route_suite.fixtures.servers.vllm_cpu import ServerSet
+    from spec_route_suite.routes.spec import ConfigError
+    from spec_route_suite.servers.vllm_cpu import ServerSet
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     good = {"managed": "vllm-cpu", "model": "m", "instances": {"ar": {"port": 18100}}}
@@ -354,7 +354,7 @@ def _write_run(root: Path, *, tests, findings, complete=True, servers=True) -> P
 
 
 def test_judge_separates_route_findings_from_harness_errors(tmp_path):
-    from spec_route_suite.fixtures.servers.vllm_cpu import judge_run
+    from spec_route_suite.servers.vllm_cpu import judge_run
     passed = {"nodeid": "t::ok", "outcome": "passed"}
     failed = {"nodeid": "t::bad", "outcome": "failed", "reason": "diverges"}
     finding = {"test_id": "t::bad", "route": "ngram", "severity": "bug", "details": {}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec_route_suite.fixtures.prompts.samples import write_samples
-from spec_route_suite.fixtures.routes.spec import EMBEDDED_MODELS
+from spec_route_suite.routes.spec import EMBEDDED_MODELS
 from tests.test_suite_end_to_end import run_suite
 
 PATHS = ("equivalence/test_greedy.py", "equivalence/test_class_acceptance.py", "stressors/test_task_accuracy.py")
