@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
-from spec_route_suite.routes.hf import load_tokenizer  # noqa: E402
+from spec_route_suite.tokenizers import load_tokenizer  # noqa: E402
 from spec_route_suite.routes.loop import BackgroundLoop  # noqa: E402
 from spec_route_suite.reference.route import ReferenceRoute, load_model  # noqa: E402
 from spec_route_suite.routes.spec import parse_route_uri  # noqa: E402

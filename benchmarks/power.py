@@ -32,7 +32,7 @@ from spec_route_suite.equivalence.distribution_plan import budget_for
 from spec_route_suite.equivalence.exact_verdict import ExactBaseline, verdict
 from spec_route_suite.equivalence.stats.onesample import SCORED_GATE, scored_weights
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
-from spec_route_suite.routes.synthetic import EOS, FAULTS, SyntheticModel
+from spec_route_suite.equivalence.stats.synthetic import EOS, FAULTS, SyntheticModel
 
 ALPHA, POWER, DESIGN_TV = 0.01, 0.9, 0.05
 PLAN = SequentialPlan()

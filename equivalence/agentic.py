@@ -24,7 +24,7 @@ import pytest
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.models import tools
-from spec_route_suite.fixtures.prompts.chat import as_openai, chat_request
+from spec_route_suite.routes.chat import as_openai, chat_request
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported, RouteHTTPError
 from spec_route_suite.reports.findings import Finding
@@ -134,7 +134,7 @@ def lacking(tokenizer: Any, *handles: Any) -> str | None:
     template that renders no tools (the model is never offered one; nothing is sent then)."""
     for handle in handles:
         if not handle.capabilities.chat:
-            why = getattr(handle.route, "chat_unsupported_why", "") or "the route declares no chat capability"
+            why = handle.route.chat_unsupported_why or "the route declares no chat capability"
             return f"not verified: route '{handle.name}' lacks chat ({why})"
     if getattr(tokenizer, "chat_template", None):
         question = [{"role": "user", "content": "Hi."}]

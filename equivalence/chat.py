@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import pytest
 
 from spec_route_suite.fixtures.models.corpus import render_chat
-from spec_route_suite.fixtures.prompts.chat import chat_request
+from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.fixtures.prompts.prompt_set import chat_picks, prompt_set
 from spec_route_suite.fixtures.prompts.records import PromptRecord
 from spec_route_suite.routes.base import Request
@@ -53,7 +53,7 @@ def lacking_chat(*handles: Any) -> str | None:
     """Why the chat shape cannot run on these routes (None when every one declares chat)."""
     for handle in handles:
         if not handle.capabilities.chat:
-            why = getattr(handle.route, "chat_unsupported_why", "") or "the route declares no chat capability"
+            why = handle.route.chat_unsupported_why or "the route declares no chat capability"
             return f"not verified: route '{handle.name}' lacks chat ({why})"
     return None
 

@@ -82,10 +82,10 @@ class RouteArm:
         self.prompt_ids = [tuple(p) for p in prompt_ids]
         self.tokens = tokens
         route = handle.route
-        self._sample_n = getattr(route, "sample_n", None) if route.capabilities.has("n") else None
-        self._sample_many = getattr(route, "sample_many", None) if self._sample_n is not None else None
-        self._sample_batch = getattr(route, "sample_batch", None)
-        self.concurrent = bool(getattr(route.capabilities, "concurrency", False))
+        self._sample_n = route.sample_n if route.capabilities.has("n") and route.offers("sample_n") else None
+        self._sample_many = route.sample_many if self._sample_n is not None and route.offers("sample_many") else None
+        self._sample_batch = route.sample_batch if route.offers("sample_batch") else None
+        self.concurrent = route.capabilities.concurrency
         self.serial = not (self._sample_n or self._sample_batch or self.concurrent)
         self.requests = 0
         self.n_choices = n_choices if route.capabilities.has("n") else 0
@@ -217,8 +217,9 @@ class RouteScorer:
         self.handle = handle
         self.prompt_ids = [tuple(p) for p in prompt_ids]
         self.vocab = vocab
-        self._score_many = getattr(handle.route, "score_many", None)
-        self._score_rows = getattr(handle.route, "score_rows", None)
+        route = handle.route
+        self._score_many = route.score_many if route.offers("score_many") else None
+        self._score_rows = route.score_rows if route.offers("score_rows") else None
 
     def score_many(self, prompt: int, continuations: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
         ids = self.prompt_ids[prompt]

@@ -14,7 +14,7 @@ import pytest
 from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.spec_path import BY_NAME, FAMILIES, MAX_TOKENS, Share, silently_off
-from spec_route_suite.fixtures.prompts.chat import chat_request
+from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported

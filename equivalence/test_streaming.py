@@ -42,9 +42,8 @@ def id_gap(*, plain: Completion, streamed: Completion) -> str:
     """Why the stream's token ids cannot be compared with the plain answer's ("" when they can): the server
     gave incomplete ids on the stream (`id_gap`, ids re-derived from text), or a text-level stream beside an
     id-level plain answer. Such a stream is compared by text; its ids are "not verified", not "different"."""
-    gap = getattr(streamed, "id_gap", "") or ""
-    if gap:
-        return gap
+    if streamed.id_gap:
+        return streamed.id_gap
     if streamed.text_level and not plain.text_level:
         return "the stream carries no token ids while the plain answer does (the stream is text-level)"
     return ""

@@ -6,53 +6,9 @@ counts that do not add up, or grow with position) point at a bookkeeping bug in 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
-from spec_route_suite.routes.base import AcceptanceSnapshot
+from typing import Any, Mapping
 
 RAN, DID_NOT_RUN, UNKNOWN, MISSING = "ran", "did not run", "unknown", "evidence missing"
-
-
-def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_tokens: int | None = None,
-                       source: str = "") -> dict[str, Any] | None:
-    """Mean acceptance length, per-position acceptance rates and the counters' own invariants."""
-    if snapshot is None:
-        return None
-    drafts, per_pos = snapshot.drafts, list(snapshot.accepted_per_pos)
-    k = num_speculative_tokens or len(per_pos) or None
-    invariants = {
-        "per_position_sums_to_accepted": sum(per_pos) == snapshot.accepted if per_pos else None,
-        "per_position_non_increasing": all(a >= b for a, b in zip(per_pos, per_pos[1:])) if per_pos else None,
-        "accepted_le_draft_tokens": snapshot.accepted <= snapshot.draft_tokens,
-        "draft_tokens_le_drafts_times_k": snapshot.draft_tokens <= drafts * k if k else None,
-        "counters_non_negative": min([drafts, snapshot.draft_tokens, snapshot.accepted, *per_pos]) >= 0,
-    }
-    return {
-        "drafts": drafts,
-        "draft_tokens": snapshot.draft_tokens,
-        "accepted": snapshot.accepted,
-        "accepted_per_pos": per_pos,
-        "mean_acceptance_length": round(1 + snapshot.accepted / drafts, 4) if drafts else None,
-        "draft_acceptance_rate": round(snapshot.accepted / snapshot.draft_tokens, 4) if snapshot.draft_tokens else None,
-        "per_position_acceptance_rate": [round(a / drafts, 4) for a in per_pos] if drafts else [],
-        "speculation_ran": drafts > 0,
-        "invariants": invariants,
-        "invariants_hold": all(v is not False for v in invariants.values()),
-        "source": source or "server /metrics, controller before/after difference",
-    }
-
-
-def summed_worker_profile(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """In-process engines live in each worker: their counters add up across workers."""
-    width = max((len(v.get("accepted_per_pos", [])) for v in values), default=0)
-    total = AcceptanceSnapshot(
-        drafts=sum(v.get("drafts", 0) for v in values),
-        draft_tokens=sum(v.get("draft_tokens", 0) for v in values),
-        accepted=sum(v.get("accepted", 0) for v in values),
-        accepted_per_pos=tuple(sum((list(v.get("accepted_per_pos", [])) + [0] * width)[i] for v in values)
-                               for i in range(width)))
-    profile = acceptance_profile(total, source="route counters, summed over workers") or {}
-    return {**profile, "workers": len(values)}
 
 
 def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,

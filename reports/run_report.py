@@ -5,12 +5,12 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Sequence
 
-from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_problems, speculation_status,
-                                                   summed_worker_profile)
+from spec_route_suite.reports.acceptance import UNKNOWN, baseline_problems, speculation_problems, speculation_status
 from spec_route_suite.reports.by_class import class_gaps, class_report
 from spec_route_suite.reports.collector import RunCollector
 from spec_route_suite.reports.coverage import ANY_ROUTE, Gap, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
+from spec_route_suite.routes.acceptance import summed_worker_profile
 
 NOT_VERIFIED_PREFIX = "not verified"
 

@@ -60,7 +60,7 @@ def _prompts(suite: SuiteConfig):
 def _fitted(suite: SuiteConfig, handle, inventory):
     """The run's prompts sized into this route's context, tokenized as the run's baseline tokenizes them."""
     from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, route_context
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     base = suite.routes.baseline
     fit = ContextFit((route_context(handle.spec, handle.context_limit(inventory.max_model_len)),))
     return FittedPrompts(load_tokenizer(base.tokenizer or base.model), fit, max_tokens=suite.max_new_tokens)

@@ -188,7 +188,7 @@ def _with_inventory(config: pytest.Config, handle):
 
 @pytest.fixture(scope="session")
 def tokenizer(suite_config: SuiteConfig):
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     spec = suite_config.routes.baseline
     return load_tokenizer(spec.tokenizer or spec.model)
 

@@ -31,8 +31,8 @@ from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 from spec_route_suite.fixtures.models import corpus
-from spec_route_suite.fixtures.prompts.chat import render_chat_ids, render_chat_text
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.routes.chat import render_chat_ids, render_chat_text
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.routes.base import Completion, Request, TokenIds
 
 # The corpus's own templates (kind -> drawer, statement, ack, question, reply): the model was trained on them.

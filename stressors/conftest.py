@@ -18,7 +18,7 @@ import random
 
 import pytest
 
-from spec_route_suite.fixtures.prompts.chat import chat_request
+from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.routes.errors import CapabilityMissing, RouteError
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
 from spec_route_suite.stressors.canary import (MAX_PROMPT_TOKENS, WorkItem, WorkloadDoesNotFit, build_workload,

@@ -41,16 +41,14 @@ class LoadWitness:
     def __init__(self, handle):
         self.handle = handle
         self.runs: list[LoadRun] = []
-        self._gauge = getattr(handle.route, "engine_batch_peak", None)
-        if self._gauge is not None:
-            handle.run(self._gauge(reset=True))
+        handle.run(handle.route.engine_batch_peak(reset=True))   # None: the engine states no such gauge
 
     def add(self, run: LoadRun) -> LoadRun:
         self.runs.append(run)
         return run
 
     def engine_peak(self) -> int | None:
-        return self.handle.run(self._gauge()) if self._gauge is not None else None
+        return self.handle.run(self.handle.route.engine_batch_peak())
 
     def verdict(self) -> tuple[bool, str, dict]:
         """(verified, reason when not, what ran)."""

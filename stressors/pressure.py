@@ -86,14 +86,12 @@ class PreemptionCounter:
 
     def __init__(self, handle):
         self.handle = handle
-        self._read = getattr(handle.route, "preemptions", None)
         self.before = self.now()
 
     def now(self) -> int | None:
-        if self._read is None:
-            return None
+        """None when the engine states no preemption counter, or cannot be read right now."""
         try:
-            return self.handle.run(self._read())
+            return self.handle.run(self.handle.route.preemptions())
         except RouteError:
             return None
 

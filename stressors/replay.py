@@ -15,7 +15,7 @@ import pprint
 from typing import Callable, Mapping
 from urllib.parse import urlencode
 
-from spec_route_suite.fixtures.prompts.chat import as_openai
+from spec_route_suite.routes.chat import as_openai
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.spec import HTTP_KINDS, RouteSpec
 from spec_route_suite.stressors.canary import Workload

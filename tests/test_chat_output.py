@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 
 from spec_route_suite.fixtures.models import PAIR2_DIR, chatml, chatml_corpus, tools
 from spec_route_suite.fixtures.prompts.agentic import parity_prompts
-from spec_route_suite.fixtures.prompts.chat import chat_request
+from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.chat_output import (PARSER_FAULTS, Markers, ParserFaults, ParserPool,
                                                            parse_answer, parse_whole)

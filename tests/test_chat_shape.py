@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.fixtures.models import PAIR2_DIR, TARGET_DIR
-from spec_route_suite.fixtures.prompts.chat import chat_request, render_chat_ids
+from spec_route_suite.routes.chat import chat_request, render_chat_ids
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.routes.errors import CapabilityMissing
-from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.planted import parse_plant
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri

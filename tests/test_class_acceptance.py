@@ -22,7 +22,7 @@ from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, Rou
 from spec_route_suite.fixtures.prompts.loaders import load
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import AcceptanceSnapshot
-from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.session import RouteHandle

@@ -18,10 +18,10 @@ import pytest
 
 from spec_route_suite.fixtures.models import TARGET_DIR, corpus
 from spec_route_suite.fixtures.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.fit import (SCORING_RESERVE, ContextFit, ContextTooSmall, FittedPrompts,
                                                    RouteContext, route_context, suite_prompts)
-from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.spec import ConfigError, parse_route_uri, spec_from_table
 from spec_route_suite.servers.inprocess import build_engine, make_server
 from spec_route_suite.stressors.canary import (FILLERS, SHARED_TURNS, WorkloadDoesNotFit, build_workload,

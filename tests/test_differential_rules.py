@@ -160,7 +160,7 @@ def engines():
 
 
 def test_the_quirks_do_what_the_real_servers_do(engines):
-    from spec_route_suite.fixtures.prompts.encode import encode_prompt
+    from spec_route_suite.tokenizers import encode_prompt
     ids = encode_prompt(tokenizer(), prompts(("math",), 1)[0].text)
     plain, quirky = engines["plain"], engines["quirky"]
     reference = plain.generate(Request(prompt_ids=ids, max_tokens=12))

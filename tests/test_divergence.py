@@ -11,8 +11,8 @@ import pytest
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.divergence import BUG, NEAR_TIE, UNCLASSIFIED, classify_divergence, margin_verdict
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.routes.base import Capabilities, Completion, TokenLogprobs
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.routes.base import Capabilities, Completion, Route, TokenLogprobs
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.routes.errors import CapabilityMissing
 from tests.test_greedy_routes import baseline_handle, prompts, tokenizer
 
@@ -24,7 +24,7 @@ def decode(ids):
     return " ".join(f"t{i}" for i in ids)
 
 
-class Table:
+class Table(Route):
     """A stand-in baseline whose logprobs after any context are one fixed table."""
 
     def __init__(self, table: dict[int, float], *, prompt_logprobs=True, logprobs=5, missing=False):
@@ -181,7 +181,7 @@ def test_calibration_cache_is_computed_once_and_read_back(tmp_path):
     assert calib.with_override(first, 0.05).tau == 0.05 and calib.with_override(first, 0.05).overridden
 
 
-class Noisy:
+class Noisy(Route):
     """A baseline whose decode logprobs differ from its teacher forcing by exactly `noise`."""
 
     name = "noisy"

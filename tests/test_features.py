@@ -18,9 +18,9 @@ import torch
 
 from spec_route_suite.equivalence.features import Refusal, probe, repeat_rate
 from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.routes.base import Request, ResponseFormat
+from spec_route_suite.routes.base import Request, ResponseFormat, RouteWrapper
 from spec_route_suite.routes.errors import FeatureUnsupported, RouteMalformed
 from spec_route_suite.routes.openai import OpenAIRoute
 from spec_route_suite.routes.sglang_generate import SGLangRoute
@@ -253,7 +253,7 @@ def test_feature_checks_pass_the_correct_engine_and_catch_each_fault(tmp_path):
     ('{"a": "unfinished', True, False), ("{}", True, True), ('{"a" 1}', False, False), ("[1]", False, False),
     ('{"a": tru', True, False), ('{"a": trux}', False, False), ('{"a": 1}}', False, False), ('{,}', False, False)])
 def test_json_prefix_automaton(text, prefix, complete):
-    from spec_route_suite.reference.grammar import JsonPrefix
+    from spec_route_suite.routes.grammar import JsonPrefix
     state = JsonPrefix().feed(text)
     assert (state is not None) == prefix and (state is not None and state.complete) == complete
 
@@ -283,7 +283,7 @@ SCHEMA = {"type": "object", "required": ["age", "name"], "additionalProperties":
     ('{"age": 01', False, False), ('{"age": 4, "age": 5', False, False), ('{"age": 4, "name": "x"}x', False, False),
     ('{"age": -', True, False), ('{"age": -}', False, False)])
 def test_schema_prefix_automaton(text, prefix, complete):
-    from spec_route_suite.reference.grammar import Schema, SchemaPrefix
+    from spec_route_suite.routes.grammar import Schema, SchemaPrefix
     state = SchemaPrefix(Schema.parse(json.dumps(SCHEMA))).feed(text)
     assert (state is not None) == prefix and (state is not None and state.complete) == complete
 
@@ -333,14 +333,8 @@ def test_hf_json_processor_equals_the_engine(loop, ref, ar, assisted, prompts, f
 
 
 # -- n = 4 sampled, pooled into the distribution check ---------------------------------------------
-class MisSummedUsage:
+class MisSummedUsage(RouteWrapper):
     """A planted route wrapper: n > 1 answers report the first choice's length as usage.completion_tokens."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
     async def generate(self, req: Request):
         out = await self.inner.generate(req)

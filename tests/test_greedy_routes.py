@@ -20,9 +20,9 @@ import torch
 
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.config import PROMPT_CATEGORIES
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request, RouteWrapper
 from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.spec import EMBEDDED_MODELS, RouteSpec
@@ -68,21 +68,21 @@ def suite_config(**overrides) -> SimpleNamespace:
     return SimpleNamespace(**values)
 
 
-class Rewired:
+class Rewired(RouteWrapper):
     """Delegates to `inner`, rewriting requests and/or completions and optionally capabilities."""
 
     def __init__(self, inner, *, request: Callable[[Request], Request] | None = None,
                  completion: Callable[[Request, Completion], Completion] | None = None,
                  capabilities=None, score_missing: bool = False):
-        self.inner = inner
-        self.name = inner.name
-        self.capabilities = capabilities or inner.capabilities
+        super().__init__(inner)
+        self._capabilities = capabilities
         self._request = request or (lambda r: r)
         self._completion = completion or (lambda r, c: c)
         self._score_missing = score_missing
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    @property
+    def capabilities(self):
+        return self._capabilities or self.inner.capabilities
 
     async def generate(self, req: Request) -> Completion:
         return self._completion(req, await self.inner.generate(self._request(req)))
@@ -100,7 +100,7 @@ def loop() -> BackgroundLoop:
 
 @lru_cache(maxsize=1)
 def tokenizer():
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     return load_tokenizer(str(MODELS / "target"))
 
 

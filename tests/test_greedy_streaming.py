@@ -15,7 +15,7 @@ import spec_route_suite.equivalence.test_streaming as streaming_suite
 from spec_route_suite.equivalence.test_streaming import stream_problems
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.equivalence import calibration as calib
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
                                       hf_route, prompts, reference_route, suite_config, tokenizer)
 

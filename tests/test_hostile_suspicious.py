@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.equivalence.logprobs import all_zero_logprobs
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import RouteError, RouteMalformed
-from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import EMBEDDED_MODELS, parse_route_uri
 from spec_route_suite.stressors.driver import drive, plan

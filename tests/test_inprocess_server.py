@@ -25,11 +25,11 @@ import httpx
 import pytest
 
 from spec_route_suite.fixtures.models import TARGET_DIR
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Request, RouteInventory
+from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Request, Route, RouteInventory
 from spec_route_suite.routes.errors import RouteError
-from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.metrics import acceptance_from_metrics
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri
@@ -137,7 +137,7 @@ def test_bad_requests_get_openai_style_errors(correct):
     assert httpx.get(f"{root}/health").status_code == 200 and "version" in httpx.get(f"{root}/version").json()
 
 
-class FailingRoute:
+class FailingRoute(Route):
     """A route whose engine fails every request: the server must answer 500 with its message."""
 
     name = "broken"

@@ -131,7 +131,7 @@ def handles(routes):
 
 @pytest.fixture(scope="module")
 def prompts():
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     tokenizer = load_tokenizer(str(EMBEDDED_MODELS / "target"))
     return tokenizer, [tuple(tokenizer.encode(text)) for text in TEXTS]
 
@@ -312,7 +312,7 @@ def test_an_openai_route_reads_what_the_llama_cpp_server_states(openai_handles, 
 
 def test_a_refusal_teaches_the_route_its_context_and_a_chat_is_measured_as_the_server_renders_it(openai_handles,
                                                                                                  prompts):
-    from spec_route_suite.fixtures.prompts.chat import chat_request
+    from spec_route_suite.routes.chat import chat_request
     from spec_route_suite.routes.errors import ContextExceeded
     tokenizer, ids = prompts
     handle = openai_handles["baseline"]

@@ -362,7 +362,7 @@ def test_score_server_failure_is_not_a_capability(server, toy_tokenizer):
 # ---- inventory, acceptance, health ----
 
 def test_inventory(server, toy_tokenizer):
-    from spec_route_suite.routes.hf import tokenizer_hash
+    from spec_route_suite.tokenizers import tokenizer_hash
     route = OpenAIRoute(make_spec(server.v1, toy_tokenizer))
     inv = call(route, "inventory")
     assert route.capabilities.logprobs == 10  # narrowed to the server's max_logprobs

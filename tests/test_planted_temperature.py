@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.routes.base import Capabilities, Completion, Request
+from spec_route_suite.routes.base import Capabilities, Completion, NotOffered, Request, Route
 from spec_route_suite.routes.planted import TEMPERATURE, parse_plant, planted
 from spec_route_suite.routes.spec import ConfigError, parse_route_uri
 
@@ -17,7 +17,7 @@ def spec(uri: str):
     return parse_route_uri("cand", uri, base=Path.cwd(), environ={})
 
 
-class Recording:
+class Recording(Route):
     """A route that answers one token and keeps every request it was sent."""
 
     name = "rec"
@@ -40,7 +40,10 @@ def test_sampled_requests_go_out_at_the_shifted_temperature_and_greedy_ones_unch
     asyncio.run(route.generate(Request(prompt_ids=(1, 2), max_tokens=3, temperature=1.5, seed=7)))
     asyncio.run(route.generate(Request(prompt_ids=(1, 2), max_tokens=3, temperature=0.0)))
     assert [r.temperature for r in inner.sent] == [pytest.approx(1.425), 0.0]
-    assert inner.sent[0].seed == 7 and getattr(route, "sample_n", None) is None
+    assert inner.sent[0].seed == 7
+    assert inner.offers("sample_n") and not route.offers("sample_n"), "the batch sampler is hidden behind the plant"
+    with pytest.raises(NotOffered):
+        asyncio.run(route.sample_n(Request(prompt_ids=(1, 2), max_tokens=3, temperature=1.5), 4))
     assert route.name == "rec" and route.capabilities.has("n")
 
 

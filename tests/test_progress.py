@@ -67,11 +67,11 @@ def test_status_line_fits_after_pytest_output_and_erases_itself():
 FAKE_CHECKS = '''
 import asyncio
 import pytest
-from spec_route_suite.routes.base import Capabilities, Completion, Request
+from spec_route_suite.routes.base import Capabilities, Completion, Request, Route
 from spec_route_suite.stressors.driver import burst, drive, plan
 
 
-class SlowRoute:
+class SlowRoute(Route):
     name = "slow"
     capabilities = Capabilities(concurrency=True)
 

@@ -146,7 +146,8 @@ def test_records_render_in_the_route_tokenizers_own_format(prompts):
     """The first pair gets the stored texts unchanged; the second pair (ChatML, its own template) gets the stored
     plain texts and its own rendering of the chats; a tokenizer with another chat template and BOS gets its own."""
     from spec_route_suite.fixtures.models import PAIR2_DIR, chatml
-    from spec_route_suite.fixtures.prompts.encode import encode_prompt, encode_record, native_text
+    from spec_route_suite.fixtures.prompts.encode import encode_record, native_text
+    from spec_route_suite.tokenizers import encode_prompt
     records = list(prompts)
     ours = AutoTokenizer.from_pretrained(str(TARGET_DIR))
     assert all(native_text(ours, r) == r.text for r in records)

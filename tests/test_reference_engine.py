@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import RouteTimeout

@@ -5,7 +5,7 @@ Two layers. Fast: the pure rule in sampling.py on toy distributions with 10^5-10
 logit processing against transformers' own warpers). Slow (about a minute on 2 cores,
 marked SLOW below): the whole batched engine on the embedded pair, a chi-square goodness of
 fit of its samples against the exact target probabilities at fixed prefixes, with n chosen
-to see a 2% TV shift (STATISTICS.md: GOF, top-9 tokens + other = df 9, lambda >= 4 n d^2 =
+to see a 2% TV shift (docs/statistics.md: GOF, top-9 tokens + other = df 9, lambda >= 4 n d^2 =
 26.2 at n = 16384, d = 0.02, the 26.1 needed for alpha .01 / power .9), for the first
 generated token and for the 3rd token after two accepted drafts; then every statistical
 fault's samples, which the same test must reject (and which must follow the fault's exact
@@ -169,7 +169,7 @@ def test_greedy_rows_are_one_hot_at_the_raw_argmax():
 def pair():
     if not (TARGET_DIR / "model.safetensors").exists():
         pytest.skip("the embedded models are not trained yet (fixtures/models/target/model.safetensors)")
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     from spec_route_suite.reference.route import load_model
     torch.set_num_threads(1)
     return load_model(str(TARGET_DIR)), load_model(str(DRAFT_DIR)), load_tokenizer(str(TARGET_DIR))
@@ -178,7 +178,7 @@ def pair():
 @pytest.fixture(scope="module")
 def scan(pair):
     """Target and draft logits at every prefix of the fixture prompts (first 96 tokens)."""
-    from spec_route_suite.fixtures.prompts.encode import encode_prompt
+    from spec_route_suite.tokenizers import encode_prompt
     from spec_route_suite.fixtures.prompts.records import load_prompt_set
     target, draft, tok = pair
     rows = []

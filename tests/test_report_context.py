@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec_route_suite.routes.base import AcceptanceSnapshot
-from spec_route_suite.reports.acceptance import (DID_NOT_RUN, MISSING, RAN, UNKNOWN, acceptance_profile,
-                                                speculation_status)
+from spec_route_suite.reports.acceptance import DID_NOT_RUN, MISSING, RAN, UNKNOWN, speculation_status
+from spec_route_suite.routes.acceptance import acceptance_profile
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import FAMILIES, CoverageRecord
 from spec_route_suite.reports.parity import parity

@@ -18,7 +18,7 @@ from spec_route_suite.equivalence.distribution_plan import gate_level
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
 from spec_route_suite.equivalence.stats.planner import plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
-from spec_route_suite.routes.synthetic import FAULTS, SyntheticModel
+from spec_route_suite.equivalence.stats.synthetic import FAULTS, SyntheticModel
 
 ALPHA = 0.01
 PLAN = SequentialPlan()

@@ -6,7 +6,7 @@ import pytest
 
 from spec_route_suite.equivalence.stats.partition import MAX_CELLS, MIN_POOLED_COUNT, build_partition
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.routes.synthetic import SyntheticModel
+from spec_route_suite.equivalence.stats.synthetic import SyntheticModel
 
 T1 = SamplingSetting("t1", 1.0)
 
@@ -73,7 +73,7 @@ def test_bins_from_probabilities_partition_the_space_with_their_exact_probabilit
     sample's frequencies, nothing grown past a stop token, the same bins whatever was sampled."""
     from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
     from spec_route_suite.equivalence.stats.partition import probability_partition
-    from spec_route_suite.routes.synthetic import EOS
+    from spec_route_suite.equivalence.stats.synthetic import EOS
     model, _ = sample
     oracle = ProbabilityOracle(model, T1)
     part = probability_partition(lambda prefix: oracle.next_probs(0, prefix), max_depth=4, min_prob=0.01,

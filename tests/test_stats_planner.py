@@ -1,4 +1,4 @@
-"""The planner reproduces STATISTICS.md's sample-size table, and the minimum detectable TV inverts it."""
+"""The planner reproduces docs/statistics.md's sample-size table, and the minimum detectable TV inverts it."""
 from __future__ import annotations
 
 import math

@@ -14,9 +14,9 @@ from spec_route_suite.equivalence.distribution_routes import RouteArm, RouteScor
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
 from spec_route_suite.equivalence.stats.planner import plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
-from spec_route_suite.fixtures.prompts.encode import encode_prompt
+from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
-from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.base import Request, RouteWrapper
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import default_baseline
@@ -110,17 +110,14 @@ def test_prompt_choice_covers_the_first_token_and_the_bonus_position():
     assert select_prompts(None, 3, categories=["math", "math", "code", "chat"]) == [0, 2, 3]
 
 
-class _NoTeacherForcing:
+class _NoTeacherForcing(RouteWrapper):
     """The hf route seen as a server that cannot teacher-force but returns top logprobs of what it generates
     (llama.cpp's n_probs, an OpenAI server's top_logprobs)."""
 
-    def __init__(self, route):
+    @property
+    def capabilities(self):
         from dataclasses import replace
-        self.route, self.name = route, route.name
-        self.capabilities = replace(route.capabilities, prompt_logprobs=False)
-
-    def __getattr__(self, name):
-        return getattr(self.route, name)
+        return replace(self.inner.capabilities, prompt_logprobs=False)
 
 
 @pytest.mark.parametrize("teacher_forcing", [True, False], ids=["prompt_logprobs", "greedy-per-prefix"])
@@ -162,7 +159,7 @@ def test_reference_engine_scores_every_token_in_one_batch(hf):
         assert row[tokens.token_id] == pytest.approx(tokens.logprob, abs=1e-4)
     ref.close()
     capped = RouteHandle(_NoTeacherForcing(handle.route), handle.spec, handle.loop, 300)
-    capped.route.score_rows = None   # a server: teacher forcing capped at its top logprobs, no batched hook
+    capped.route.hidden = ("score_rows",)   # a server: teacher forcing capped at its top logprobs, no batched hook
     assert not RouteScorer(capped, ids[:1], vocab=vocab).full_vocabulary()
 
 

@@ -17,7 +17,7 @@ from scipy import stats
 from spec_route_suite.equivalence.distribution import GRID, SCORING, TWO_SAMPLE
 from spec_route_suite.equivalence.exact_verdict import ExactBaseline, verdict
 from spec_route_suite.equivalence.stats.onesample import SCORED_GATE
-from spec_route_suite.routes.synthetic import EOS, FAULTS, SyntheticModel
+from spec_route_suite.equivalence.stats.synthetic import EOS, FAULTS, SyntheticModel
 
 ALPHA = 0.01
 AA_RUNS = 300

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from spec_route_suite.routes.base import Capabilities, Completion, Request
+from spec_route_suite.routes.base import Capabilities, Completion, Request, Route
 from spec_route_suite.routes.errors import RouteHTTPError
 from spec_route_suite.stressors.driver import (BATCHED_DEFAULT, SERIAL_DEFAULT, Submission, budget_for, burst, bursts, drive,
                               mixed_arrivals, plan, random_arrivals, round_robin)
 
 
-class CountingRoute:
+class CountingRoute(Route):
     """Observes its own concurrency independently of the driver; can hang or fail on demand."""
 
     name = "counting"

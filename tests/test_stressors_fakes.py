@@ -16,7 +16,8 @@ import time
 from dataclasses import replace
 
 from spec_route_suite.fixtures.models import corpus
-from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, RouteInventory
+from spec_route_suite.routes.base import (AcceptanceSnapshot, Capabilities, Completion, Request, Route, RouteInventory,
+                                         RouteWrapper)
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>")
 EOS_ID, USER_ID = 2, 4
@@ -68,7 +69,7 @@ def oracle_answer(prompt: str) -> str:
     return "I do not know."
 
 
-class OracleRoute:
+class OracleRoute(Route):
     """A correct, batch-invariant, deterministic route; latency grows with prompt length so requests overlap."""
 
     def __init__(self, *, name: str = "oracle", latency_s: float = 0.004, stream: bool = True):
@@ -125,7 +126,7 @@ def splice(victim: tuple[int, ...], source: tuple[int, ...]) -> tuple[int, ...]:
     return source
 
 
-class MixingRoute:
+class MixingRoute(RouteWrapper):
     """Wraps a route; a request arriving while others are in flight is, at `rate`, answered in another's context.
 
     `pick="first"` with rate 1.0 is deterministic (the oldest in-flight request is the source),
@@ -133,17 +134,12 @@ class MixingRoute:
     """
 
     def __init__(self, inner, *, rate: float, seed: int = 0, pick: str = "random"):
-        self.inner = inner
-        self.name = inner.name
-        self.capabilities = inner.capabilities
+        super().__init__(inner)
         self.rate = rate
         self.pick = pick
         self.rng = random.Random(seed)
         self.in_flight: dict[str, Request] = {}
         self.fault_log: list[tuple[str, str]] = []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
     async def generate(self, req: Request) -> Completion:
         others = list(self.in_flight.values())

@@ -37,7 +37,7 @@ ROUTE_SUITE_LOAD = 128   # --stress-requests of every route-suite run below, the
 
 @pytest.fixture(scope="module")
 def bench():
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     from spec_route_suite.reference.route import ReferenceRoute, load_model
     from spec_route_suite.routes.spec import parse_route_uri
 

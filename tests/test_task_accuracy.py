@@ -16,7 +16,7 @@ from spec_route_suite.fixtures.prompts.loaders import load
 from spec_route_suite.fixtures.prompts.records import PromptRecord
 from spec_route_suite.fixtures.prompts.samples import write_samples
 from spec_route_suite.routes.base import Completion
-from spec_route_suite.routes.hf import load_tokenizer
+from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.planted import PlantedDivergenceRoute, parse_plant
 from spec_route_suite.routes.spec import parse_route_uri
@@ -90,7 +90,7 @@ def bench(tmp_path_factory):
         route = ReferenceRoute(s, models=models)
         plant = parse_plant(s)
         if plant is not None:   # as build_route wraps it, on the shared models
-            route = PlantedDivergenceRoute(route, plant[1], route.tokenizer.vocab_size, route.tokenizer)
+            route = PlantedDivergenceRoute(route, plant[1], route.tokenizer.vocab_size)
         return RouteHandle(route, s, loop, timeout_s=120.0)
     baseline = handle("baseline")
     items = task_items(records, fitted, baseline_answer=lambda item: baseline.generate(item.request))

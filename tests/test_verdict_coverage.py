@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.equivalence.boundaries import Case, run_sweep
-from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.base import Completion, Request, RouteWrapper
 from spec_route_suite.routes.spec import EMBEDDED_MODELS
 from spec_route_suite.reports.acceptance import DID_NOT_RUN, MISSING, UNKNOWN, speculation_status
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
@@ -290,20 +290,19 @@ def _burst_run(route, n: int):
     return witness.verdict()
 
 
-class _Proxy:
+class _Proxy(RouteWrapper):
     """A route seen through a gateway: the same engine, less of what it states (no gauge, or one slot)."""
 
     def __init__(self, inner, *, gauge: bool = True, slots: int | None = None):
-        self._inner, self._slots = inner, slots
-        if not gauge:
-            self.engine_batch_peak = None
+        super().__init__(inner)
+        self._gauge, self._slots = gauge, slots
 
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
+    async def engine_batch_peak(self, reset: bool = False):
+        return await super().engine_batch_peak(reset) if self._gauge else None
 
     async def inventory(self):
         from dataclasses import replace as dc_replace
-        inv = await self._inner.inventory()
+        inv = await self.inner.inventory()
         return dc_replace(inv, extra={**inv.extra, "slots": self._slots}) if self._slots else inv
 
 
@@ -395,15 +394,13 @@ def test_a_distinct_ar_baseline_and_endpoint_are_accepted(tmp_path):
     assert result.returncode == 0, result.stderr[-1000:]
 
 
-class _SplitOne:
+class _SplitOne(RouteWrapper):
     """A route that answers one identical request with a planted split (the baseline's second choice at
     token SPLIT, then the baseline's own continuation): a numerical near-tie of known margin."""
 
     def __init__(self, inner, split: Completion):
-        self.inner, self.name, self.capabilities, self.split = inner, inner.name, inner.capabilities, split
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+        super().__init__(inner)
+        self.split = split
 
     async def generate(self, req: Request) -> Completion:
         answer = await self.inner.generate(req)

@@ -65,7 +65,7 @@ def handles(routes):
 
 @pytest.fixture(scope="module")
 def prompts():
-    from spec_route_suite.routes.hf import load_tokenizer
+    from spec_route_suite.tokenizers import load_tokenizer
     tokenizer = load_tokenizer(str(EMBEDDED_MODELS / "target"))
     return [tuple(tokenizer(t, add_special_tokens=True)["input_ids"]) for t in TEXTS]
 

@@ -1,7 +1,7 @@
 """Pearson chi-square tests summed over strata (prompts): two-sample homogeneity and goodness of fit.
 
 Summing the per-prompt statistics adds their degrees of freedom and their noncentralities, so a
-shift whose direction changes from prompt to prompt still accumulates (STATISTICS.md: the pooled
+shift whose direction changes from prompt to prompt still accumulates (docs/statistics.md: the pooled
 statistic found it in .95-1.0 of runs where the best BH-adjusted single prompt found it in .03-.05).
 p-values: the chi-square approximation, valid because the bins keep expected counts >= 5 (see
 partition.py for the two-sample bins and `MIN_EXPECTED` below for goodness of fit), and an exact

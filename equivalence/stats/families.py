@@ -1,6 +1,6 @@
 """The test families of one sampling setting, computed from both arms' samples after each look.
 
-Families and what they are for (STATISTICS.md):
+Families and what they are for (docs/statistics.md):
 - two_sample_chisquare (the gate): summed per-prompt chi-square on prefix bins; sees any shift.
 - goodness_of_fit: candidate counts against the baseline's exact bin probabilities (needs scoring).
 - pit_ks, pit_ad: randomised PIT of every candidate token against Uniform(0,1).

@@ -7,7 +7,7 @@ probabilities (Pearson goodness of fit), and the statistics are summed over prom
 noncentrality add and a shift whose direction changes from prompt to prompt still accumulates, as
 in the two-sample gate. Per prompt the noncentrality is n sum (p1 - p0)^2 / p0 >= 4 n d^2 where the
 two-sample gate has 2 n d^2 per arm (planner.py): half the candidate samples and no baseline arm, a
-quarter of the requests for the same TV, alpha and power (STATISTICS.md: 2.6k vs 5.2k per arm).
+quarter of the requests for the same TV, alpha and power (docs/statistics.md: 2.6k vs 5.2k per arm).
 
 Families (weighted Holm, as families.py): the gate `goodness_of_fit` keeps GATE_WEIGHT of alpha; with
 whole-vocabulary scores the token families (randomised PIT by KS and AD, top-1 rate and log-likelihood

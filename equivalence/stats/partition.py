@@ -7,7 +7,7 @@ peaked one follows its likely path several tokens deep, down to the bonus token 
 verify block (where `bonus_from_q`-type bugs live); a prefix whose continuation is certain costs no
 cell. Each step refines the previous bins, so a shift visible at a coarse level stays visible.
 Remainders too sparse for a cell pool into "other". At most MAX_CELLS cells: the top-9 + other
-of STATISTICS.md, whose df = 9 per prompt the planner assumes.
+of docs/statistics.md, whose df = 9 per prompt the planner assumes.
 
 Which sample builds the bins matters for validity:
 - two-sample tests: both arms pooled with their labels dropped. The bins are then a function of
@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 Prefix = tuple[int, ...]
-# Top-9 prefixes + "other", the binning STATISTICS.md's sample sizes are computed for.
+# Top-9 prefixes + "other", the binning docs/statistics.md's sample sizes are computed for.
 MAX_CELLS = 10
 # A cell is formed when its count in the building sample is >= this: with both arms pooled that is
 # an expected count >= 5 per arm, the classic condition for the chi-square approximation.

@@ -5,7 +5,7 @@ with V ~ U(0,1) independent is exactly Uniform(0,1), and successive positions of
 independent (Rosenblatt): the sum over positions is a martingale, so pooling every generated
 token of every sample keeps the Brownian-bridge limit even though EOS makes lengths random.
 Sharpening piles u near 0, flattening spreads it toward 1; a direction that flips from context to
-context cancels out, which is why these tests are not the gate (STATISTICS.md).
+context cancels out, which is why these tests are not the gate (docs/statistics.md).
 
 Why not scipy for AD: `scipy.stats.anderson` has no uniform case, `goodness_of_fit` is Monte Carlo
 (p floored at 1/(B+1)). The fully specified case has a closed-form limit law; Marsaglia & Marsaglia

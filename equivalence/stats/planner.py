@@ -1,4 +1,4 @@
-"""Sample sizes from the power formulas of STATISTICS.md, and the smallest shift a budget can see.
+"""Sample sizes from the power formulas of docs/statistics.md, and the smallest shift a budget can see.
 
 Pearson chi-square with noncentrality lambda: for two arms of n samples, lambda = (n/2) sum
 (p1 - p0)^2 / p0 >= 2 n d^2 at TV distance d (Cauchy-Schwarz: (sum |D|)^2 <= sum D^2/p0 * sum p0,

@@ -34,7 +34,7 @@ class SequentialPlan:
     Defaults chosen by simulating the summed chi-square at the gate's level (alpha .01 over three
     grid settings x gate weight .8 = .0027; tests/test_stats_sequential.py re-checks them): with
     1.07 x the fixed-n sample size at the final look's level, power is 0.90-0.92 from 1 to 20 prompts,
-    the mean sample used under a 5% shift is 1.18-1.24 x the STATISTICS.md bound (alpha .01, one
+    the mean sample used under a 5% shift is 1.18-1.24 x the docs/statistics.md bound (alpha .01, one
     test) and at most 1.27 x, and a correct route stops at ~65% of the budget. `screen_factor` 110
     puts the gate's half-budget screen at p <= 0.29; 75 (p <= .2) loses ~2% power.
     """

@@ -1,7 +1,7 @@
 """Sequence-level two-sample tests: generated length, and log-likelihood under the target.
 
 Length is discrete with heavy ties (most samples hit max_tokens), so KS would be very conservative
-(STATISTICS.md pitfalls): lengths are binned label-blind like the token bins (each length with a
+(docs/statistics.md pitfalls): lengths are binned label-blind like the token bins (each length with a
 pooled count >= 10 is a cell, the rest pooled) and tested by the summed chi-square.
 Log-likelihood ties whenever two samples are the same sequence; ties are broken by an independent
 uniform jitter far below the gap between distinct values, which makes the pooled values continuous
