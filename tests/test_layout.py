@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import pkgutil
+from collections import Counter
 from pathlib import Path
 
 from spec_route_suite.routes import flavours
@@ -16,8 +18,9 @@ from spec_route_suite.routes import flavours
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_PACKAGES = ("equivalence", "stressors")
 # what a check may import from spec_route_suite.routes: the protocol's value types, typed errors, text-level helpers,
-# the route spec (kinds, names), the timing proxy
-ROUTE_MODULES_CHECKS_MAY_IMPORT = {"base", "errors", "textlevel", "spec"}
+# the route spec (kinds, names), the timing proxy, and the adapters' stdlib-only answer reader (answer_fields: the
+# replay scripts carry it)
+ROUTE_MODULES_CHECKS_MAY_IMPORT = {"base", "errors", "textlevel", "spec", "answer_fields"}
 FLAVOUR_MAX_LINES = 150
 FLAVOUR_MAX_HOOKS = 6
 HOOKS = ("detect", "facts", "acceptance", "per_response", "refusal", "capabilities")
@@ -58,9 +61,16 @@ def test_the_import_scan_sees_an_adapter_import(tmp_path):
 
 
 def test_each_flavour_is_one_small_module():
-    registered = flavours._load()
-    assert set(registered) == {"vllm", "sglang", "llama.cpp", "tgi", "generic"}
-    for name, flavour in registered.items():
+    """Each module of the flavours package registers exactly one flavour, by its decorator: the names come from
+    the package's modules and the registry, not from a list kept anywhere."""
+    registered = flavours.registered()
+    package = flavours.__name__
+    modules = {f"{package}.{m.name}" for m in pkgutil.iter_modules(flavours.__path__)}
+    built_in = {name: f for name, f in registered.items() if type(f).__module__.startswith(f"{package}.")}
+    per_module = Counter(type(f).__module__ for f in built_in.values())
+    assert set(per_module) == modules and set(per_module.values()) == {1}, per_module
+    assert "generic" in built_in and list(registered)[-1] == "generic", "generic is asked last"
+    for name, flavour in built_in.items():
         module = inspect.getmodule(type(flavour))
         lines = len(Path(module.__file__).read_text().splitlines())
         assert lines <= FLAVOUR_MAX_LINES, f"{name}: {lines} lines"
@@ -69,4 +79,5 @@ def test_each_flavour_is_one_small_module():
         assert set(vars(type(flavour))) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
                                             "__static_attributes__", "name", "engine", "probe_paths",
                                             "cumulative_counters", "gauge_paths", "neutral_sampling",
+                                            "detect_order", "context_refusals", "prompt_refusals",
                                             *HOOKS} == set(), name
