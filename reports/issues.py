@@ -262,8 +262,8 @@ def generic(d: dict[str, str]) -> str:
 """
 
 
-TEMPLATES: dict[str, Callable[[dict[str, str]], str]] = {"vllm": vllm, "llama.cpp": llama_cpp, "llama-cpp": llama_cpp,
-                                                          "sglang": sglang}
+# keyed by the engine's one spelling: its flavour's `engine` (reports/repro.py engine_of)
+TEMPLATES: dict[str, Callable[[dict[str, str]], str]] = {"vllm": vllm, "llama.cpp": llama_cpp, "sglang": sglang}
 
 
 def write_issue_files(run_dir: Path, report: dict[str, Any], clusters: list[dict[str, Any]],

@@ -37,6 +37,11 @@ def _used(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+def without_suite_only(source: str) -> str:
+    """A module's source as a script carries it: its SUITE_ONLY lines (imports of what the script has above) left out."""
+    return "\n".join(line for line in source.splitlines() if not line.endswith(SUITE_ONLY)) + "\n"
+
+
 def judge_functions() -> dict[str, str]:
     """Judge name -> the function's name, from the module's JUDGES table."""
     _, tree = _parsed()

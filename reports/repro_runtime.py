@@ -1,5 +1,6 @@
-"""The body of every repro script: reports/repro.py writes this file verbatim, then its judge from
-reports/repro_judges.py (reports/judge_source.py), then DATA.
+"""The body of every repro script. reports/repro.py writes the suite's answer reader first (routes/answer_fields.py,
+which its adapters use too), then this file verbatim but for its SUITE_ONLY line, then the script's judge (cut
+by reports/judge_source.py from reports/repro_judges.py), then DATA.
 
 Why standalone: a maintainer runs the script with python3 and httpx only, against two servers: the
 candidate (the speculative route) and the baseline (the same engine without speculation). Every case
@@ -24,126 +25,13 @@ import sys
 
 import httpx
 
+from spec_route_suite.routes.answer_fields import DONE, answer, fold, llama_cpp_stream_end  # SUITE_ONLY
+
 TIMEOUT_S = 300.0
 
 
 class Unanswered(Exception):
     """A request that got no answer: an HTTP error status, a broken stream, or no connection."""
-
-
-# ---------------------------------------------------------------- answers in the usual shapes
-def _native_finish(body):
-    meta = body.get("meta_info") or {}
-    if isinstance(meta.get("finish_reason"), dict):          # SGLang /generate
-        return meta["finish_reason"].get("type")
-    stop_type = body.get("stop_type")                        # llama.cpp /completion
-    if stop_type:
-        return "length" if stop_type == "limit" else "stop"
-    return None
-
-
-def _logprobs(choice, body):
-    lp = choice.get("logprobs")
-    if isinstance(lp, dict) and isinstance(lp.get("token_logprobs"), list):
-        return [float(x) if x is not None else None for x in lp["token_logprobs"]]
-    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
-        return [e.get("logprob") for e in lp["content"]]
-    if isinstance(body.get("completion_probabilities"), list):      # llama.cpp /completion
-        return [e.get("logprob") for e in body["completion_probabilities"]]
-    meta = body.get("meta_info") or {}
-    if isinstance(meta.get("output_token_logprobs"), list):        # SGLang: [logprob, id, text]
-        return [e[0] for e in meta["output_token_logprobs"]]
-    return None
-
-
-def _choice(choice, body):
-    message = choice.get("message") or choice.get("delta") or {}
-    text = choice.get("text", message.get("content", choice.get("content", body.get("text", body.get("content")))))
-    ids = None
-    for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"), (body, "output_ids"),
-                       (body, "tokens")):
-        if isinstance(place.get(key), list):
-            ids = list(place[key])   # as the server wrote them: an id that is not an int is its bug
-            break
-    return {"ids": ids, "text": text or "", "finish": choice.get("finish_reason") or _native_finish(body),
-            "logprobs": _logprobs(choice, body),
-            "reasoning": message.get("reasoning_content", message.get("reasoning")) or "",
-            "tool_calls": _calls(message.get("tool_calls"))}
-
-
-def _calls(calls):
-    """A chat message's (or stream delta's) tool calls as [index, name, arguments text] pieces."""
-    out = []
-    for n, call in enumerate(calls if isinstance(calls, list) else []):
-        function = call.get("function") or {}
-        out.append([call.get("index", n), function.get("name") or "", function.get("arguments") or ""])
-    return out
-
-
-def _joined_calls(pieces):
-    """Tool calls from their pieces (a stream sends a call's name once and its arguments in deltas), each as
-    [name, arguments parsed as JSON where they parse]."""
-    calls = {}
-    for index, name, arguments in pieces:
-        call = calls.setdefault(index, ["", ""])
-        call[0] += name
-        call[1] += arguments
-    return [[name, _json_or_text(arguments)] for _, (name, arguments) in sorted(calls.items())]
-
-
-def _json_or_text(text):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def answer(body):
-    """{ids, text, finish, usage, logprobs, choices} of an OpenAI completion or chat answer, SGLang's /generate
-    or llama.cpp's /completion answer (ids None when the server returns none)."""
-    if isinstance(body, list):
-        body = body[0] if body else {}
-    choices = body.get("choices")
-    parsed = [_choice(c, body) for c in choices] if isinstance(choices, list) and choices else [_choice(body, body)]
-    usage = (body.get("usage") or {}).get("completion_tokens")
-    if usage is None:
-        usage = (body.get("meta_info") or {}).get("completion_tokens", body.get("tokens_predicted"))
-    return {**parsed[0], "usage": usage, "tool_calls": _joined_calls(parsed[0]["tool_calls"]), "drafted": _drafted(body),
-            "choices": [p["ids"] if p["ids"] is not None else p["text"] for p in parsed]}
-
-
-def _drafted(body):
-    """Tokens drafted for this answer where the server says (llama.cpp's `timings.draft_n`, absent when nothing
-    was drafted; SGLang's meta_info spec_verify_ct), None where it does not say."""
-    timings = body.get("timings")
-    if isinstance(timings, dict):
-        return int(timings.get("draft_n") or 0)
-    meta = body.get("meta_info") or {}
-    return int(meta["spec_verify_ct"]) if isinstance(meta.get("spec_verify_ct"), (int, float)) else None
-
-
-def fold(events):
-    """A stream's events as one answer: text and ids concatenated, the last finish_reason and usage."""
-    ids, text, finish, usage, lps = [], "", None, None, []
-    has_ids, reasoning, calls = False, "", []
-    for event in events:
-        part = answer(event)
-        if not (event.get("choices") or "content" in event or "text" in event):
-            usage = part["usage"] if part["usage"] is not None else usage
-            continue
-        text += part["text"]
-        reasoning += part["reasoning"]
-        choice = (event.get("choices") or [{}])[0]
-        calls += _calls((choice.get("delta") or choice.get("message") or {}).get("tool_calls"))
-        if part["ids"] is not None:
-            has_ids = True
-            ids += part["ids"]
-        lps += part["logprobs"] or []
-        finish = part["finish"] or finish
-        usage = part["usage"] if part["usage"] is not None else usage
-    return {"ids": ids if has_ids else None, "text": text, "finish": finish, "usage": usage,
-            "logprobs": lps or None, "choices": [ids if has_ids else text], "events": len(events),
-            "reasoning": reasoning, "tool_calls": _joined_calls(calls)}
 
 
 # ---------------------------------------------------------------- the two servers
@@ -185,11 +73,11 @@ class Server:
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == DONE:
                     done = True
                     break
                 events.append(json.loads(data))
-        if not done and not (events and events[-1].get("stop") is True):   # llama.cpp ends on stop: true
+        if not done and not (events and llama_cpp_stream_end(events[-1])):
             raise Unanswered(f"{self.name}: the stream ended without [DONE] after {len(events)} events")
         return fold(events)
 

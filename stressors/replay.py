@@ -12,35 +12,29 @@ Environment: the generated script reads only that API key variable.
 from __future__ import annotations
 
 import pprint
+from pathlib import Path
 from typing import Callable, Mapping
 from urllib.parse import urlencode
 
+from spec_route_suite.routes import answer_fields
 from spec_route_suite.routes.chat import as_openai
 from spec_route_suite.routes.base import Completion, Request
-from spec_route_suite.routes.spec import HTTP_KINDS, RouteSpec
+from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.stressors.canary import Workload
 from spec_route_suite.stressors.schedules import Schedule
 
 WireBuilder = Callable[[Request], "tuple[str, dict] | None"]
 
-# The replay script resends a wire request verbatim and reads its answer, whatever the engine's dialect. Plain
-# source, passed as a format argument (its braces stay as written).
-WIRE_HELPERS = '''def rebased(url):
+# The replay script resends a wire request verbatim and reads its answer, whatever the engine's dialect, as the
+# suite's adapters do (routes/answer_fields.py, carried whole). Plain source, passed as a format argument (its
+# braces stay as written).
+WIRE_HELPERS = Path(answer_fields.__file__).read_text() + '''
+
+def rebased(url):
     """The suite's URL on REPRO_BASE_URL's server, when that is set."""
     return BASE_URL + url[len(SUITE_BASE_URL):] if url.startswith(SUITE_BASE_URL) else url
-
-
-def answer(body):
-    """(token ids or None, text) from an OpenAI-style completion or chat answer, SGLang's or llama.cpp's /completion."""
-    if isinstance(body, list):
-        body = body[0]
-    choice = (body.get("choices") or [body])[0]
-    ids = next((place[key] for place, key in ((choice, "token_ids"), (choice, "output_ids"), (choice, "tokens"),
-                                              (body, "output_ids")) if isinstance(place.get(key), list)), None)
-    message = choice.get("message") or {}   # a chat answer
-    text = choice.get("text", message.get("content", choice.get("content", body.get("text", ""))))
-    return ids, text
 '''
+
 
 def route_uri(spec: RouteSpec) -> str:
     """A URI that rebuilds an in-process route (the spec's own source when it was given as one)."""
@@ -91,7 +85,7 @@ def replay_script(*, title: str, schedule: Schedule, workload: Workload, referen
                              width=120, compact=True, sort_dicts=False)
     header = _HEADER.format(title=title.replace('"""', "'''"), described=schedule.describe(workload),
                             repeats=repeats)
-    if spec.kind in HTTP_KINDS:
+    if spec.http:
         body = _HTTP.format(kind=spec.kind, base_url=spec.base_url, model=spec.model,
                             api_key_env=spec.api_key_env or "", wire_helpers=WIRE_HELPERS)
     else:
@@ -173,35 +167,34 @@ class Client:
         if "wire" in step:  # the exact request the suite's adapter sent, to the engine's own endpoint
             r = await self.http.post(rebased(step["wire"]["url"]), json=step["wire"]["body"])
             r.raise_for_status()
-            return answer(r.json())
+            got = answer(r.json())
+            return got["ids"], got["text"]
         if KIND == "sglang":
             root = BASE_URL[:-3] if BASE_URL.endswith("/v1") else BASE_URL
             body = {{"input_ids": step["prompt_ids"], "sampling_params": {{"max_new_tokens": n, "temperature": 0}},
                      "stream": False}}
             r = await self.http.post(f"{{root}}/generate", json=body)
             r.raise_for_status()
-            data = r.json()
-            return data.get("output_ids"), data.get("text", "")
+            got = answer(r.json())
+            return got["ids"], got["text"]
         chat = "messages" in step   # a chat request: the server applies its chat template
         body = {{"model": MODEL, "max_tokens": n, "temperature": 0, "return_token_ids": True,
                  "stream": step["abort_ms"] is not None}}
         body.update({{"messages": step["messages"]}} if chat else {{"prompt": step["prompt_ids"]}})
         url = f"{{BASE_URL}}/chat/completions" if chat else f"{{BASE_URL}}/completions"
-        text_of = (lambda c, part: (c.get(part) or {{}}).get("content") or "") if chat else (lambda c, _: c.get("text", ""))
         if body["stream"]:
-            ids, text = [], ""
+            events = []
             async with self.http.stream("POST", url, json=body) as r:
                 r.raise_for_status()
                 async for line in r.aiter_lines():
-                    if line.startswith("data: ") and line != "data: [DONE]":
-                        choices = json.loads(line[6:]).get("choices") or [{{}}]
-                        text += text_of(choices[0], "delta")
-                        ids += choices[0].get("token_ids") or []
-            return ids or None, text
+                    if line.startswith("data:") and line[5:].strip() != DONE:
+                        events.append(json.loads(line[5:]))
+            got = fold(events)
+            return got["ids"] or None, got["text"]
         r = await self.http.post(url, json=body)
         r.raise_for_status()
-        choice = r.json()["choices"][0]
-        return choice.get("token_ids"), text_of(choice, "message")
+        got = answer(r.json())
+        return got["ids"], got["text"]
 
     async def close(self):
         await self.http.aclose()

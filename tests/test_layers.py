@@ -31,12 +31,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "spec_route_suite.fixtures.models.chatml_corpus", "spec_route_suite.fixtures.models.tools",
                     "spec_route_suite.fixtures.models.tokenizer", "spec_route_suite.fixtures.models.corpora")),
     ("config", ("spec_route_suite.config", "spec_route_suite.options", "spec_route_suite.routes.spec",
-                "spec_route_suite.routes.kinds", "spec_route_suite.fixtures.prompts.sources",
-                "spec_route_suite.fixtures.prompts.rows", "spec_route_suite.fixtures.prompts.records",
-                "spec_route_suite.presets")),
+                "spec_route_suite.routes.kinds", "spec_route_suite.routes.declared",
+                "spec_route_suite.fixtures.prompts.sources", "spec_route_suite.fixtures.prompts.rows",
+                "spec_route_suite.fixtures.prompts.records", "spec_route_suite.presets")),
     ("routes", ("spec_route_suite.routes", "spec_route_suite.routes.*", "spec_route_suite.reference",
                 "spec_route_suite.reference.*", "spec_route_suite.servers", "spec_route_suite.servers.*",
-                "spec_route_suite.session", "spec_route_suite.fixtures.prompts", "spec_route_suite.fixtures.prompts.*")),
+                "spec_route_suite.session", "spec_route_suite.fixtures.prompts",
+                "spec_route_suite.fixtures.prompts.*")),
     ("checks", ("spec_route_suite.equivalence", "spec_route_suite.equivalence.*", "spec_route_suite.stressors",
                 "spec_route_suite.stressors.*", "spec_route_suite.reports.findings",
                 "spec_route_suite.reports.repro_spec")),
@@ -55,8 +56,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
 CHECK_PACKAGES = ("spec_route_suite.equivalence", "spec_route_suite.stressors")
 # what a check may import from spec_route_suite.routes: the protocol's value types, typed errors, text-level
-# helpers, the route spec (kinds, names), chat requests (messages rendered through a tokenizer)
-ROUTE_MODULES_CHECKS_MAY_IMPORT = {"base", "errors", "textlevel", "spec", "chat"}
+# helpers, the route spec (kinds, names), chat requests (messages rendered through a tokenizer), and the adapters'
+# stdlib-only answer reader (answer_fields: the replay scripts carry it)
+ROUTE_MODULES_CHECKS_MAY_IMPORT = {"base", "errors", "textlevel", "spec", "chat", "answer_fields"}
 
 
 @dataclass(frozen=True)
@@ -241,8 +243,8 @@ def test_the_rules_see_an_upward_import_a_loop_in_a_function_and_an_adapter_impo
         "spec_route_suite.stressors.mixing": "def h():\n    from spec_route_suite.routes.hf import HFRoute\n",
         "spec_route_suite.routes.hf": "HFRoute = object\n",
     })
-    assert upward(edges) == ["spec_route_suite.routes.synthetic (routes) imports spec_route_suite.equivalence.stats.warp "
-                             "(checks) at line 1"]
+    assert upward(edges) == ["spec_route_suite.routes.synthetic (routes) imports "
+                             "spec_route_suite.equivalence.stats.warp (checks) at line 1"]
     assert loops(edges) == [["spec_route_suite.fixtures.prompts.encode", "spec_route_suite.fixtures.prompts.render"]]
     assert adapter_imports(edges) == ["spec_route_suite.stressors.mixing imports spec_route_suite.routes.hf at line 2"]
 
