@@ -47,7 +47,7 @@ class AbortWave(CanaryStressor):
     def stream(self) -> bool:
         return self.candidate.capabilities.stream
 
-    def plan(self, budget, *, seed: int) -> None:
+    def plan_wave(self, budget, *, seed: int) -> None:
         """Which requests hang up and when (streamed when the route streams, so the connection really closes)."""
         rng, refs = random.Random(f"aborts-{seed}"), self.references
         self.level = budget.batch(max(budget.levels))

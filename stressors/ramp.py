@@ -45,7 +45,7 @@ class BatchRamp(CanaryStressor):
     problems: list[str] = field(default_factory=list)
     checked: int = 0
 
-    def plan(self, budget: Budget) -> None:
+    def plan_sizes(self, budget: Budget) -> None:
         """Up to the slots the route states, capped at the run's highest --concurrency."""
         self.slots = stated_slots(self.candidate.inventory())
         self.sizes = ramp_sizes(min(self.slots or max(budget.levels), max(budget.levels)))

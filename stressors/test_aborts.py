@@ -23,7 +23,7 @@ def test_route_survives_client_disconnects(candidate, baseline, stress_budget, s
                                            stress_max_tokens, suite_config, stress_control, findings):
     wave = AbortWave(LoadPair(candidate, baseline, tokenizer=None, policy=None, max_tokens=stress_max_tokens),
                      stress_workload, stress_references, stress_control)   # no greedy mismatch is judged here
-    wave.plan(stress_budget, seed=suite_config.seed)
+    wave.plan_wave(stress_budget, seed=suite_config.seed)
     comparison = wave.send(findings)
     wave.judge_wave(findings, comparison)
     wave.check_health(findings)

@@ -27,7 +27,7 @@ def test_outputs_equal_serial_through_a_batch_size_ramp(candidate, baseline, tok
         pytest.skip(f"not verified: '{candidate.name}' serialises requests: no batch sizes to ramp through")
     ramp = BatchRamp(LoadPair(candidate, baseline, tokenizer, near_tie_policy, stress_max_tokens), stress_workload,
                      stress_references, stress_control)
-    ramp.plan(stress_budget)
+    ramp.plan_sizes(stress_budget)
     ramp.run(findings, seed=suite_config.seed)
     ramp.record(findings)
     if ramp.problems:
