@@ -5,7 +5,8 @@ few "lean" prompts, one per class (source, category) in order, instead of the wh
 default suite stays inside its time budget. The chat shape (equivalence/chat.py) takes a few chat
 prompts (`chat_prompt`, `chat_lean_prompt`). Every check sends a record's `fitted_prompts`
 ids (sized into the pair's context, fixtures/prompts/fit.py), never the record's text. The A/A
-calibration fixture lives in the plugin: the stressors judge near-ties with the same tau.
+calibration fixture lives with the route fixtures (fixtures/route_fixtures.py): the stressors judge
+near-ties with the same tau.
 Environment: none.
 """
 from __future__ import annotations
@@ -14,14 +15,14 @@ import pytest
 
 from spec_route_suite.equivalence.chat import GREEDY_PROMPTS, LEAN_PROMPTS as CHAT_LEAN_PROMPTS, chat_records
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.config import SUITE_CONFIG_KEY
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.stash import CONFIG_KEY
 
 LEAN_PROMPTS = 2
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    suite = metafunc.config.stash[SUITE_CONFIG_KEY]
+    suite = metafunc.config.stash[CONFIG_KEY]
     if "lean_prompt" in metafunc.fixturenames:
         prompts = pick_lean(prompt_pool(suite), LEAN_PROMPTS)
         metafunc.parametrize("lean_prompt", prompts, ids=[p.id for p in prompts])

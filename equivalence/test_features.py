@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from spec_route_suite.equivalence.conftest import pick_lean
+from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.divergence import UNCLASSIFIED, Classification, classify_divergence
 from spec_route_suite.equivalence.differential import Differential, control
 from spec_route_suite.equivalence.features import (BAN_BIAS, BOOST_BIAS, PENALTIES, FeatureScorer, Refusal,

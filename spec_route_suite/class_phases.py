@@ -27,17 +27,19 @@ def run_deferred_phases(suite: SuiteConfig, collector, log: Callable[[str], None
         return
     from spec_route_suite.equivalence.class_acceptance import class_profile, class_requests, coverage
     from spec_route_suite.equivalence.depth import draft_depth
-    from spec_route_suite.session import RouteSession
+    from spec_route_suite.session_graph import SessionGraph
     specs = [s for s in suite.routes.candidates if s.name in deferred]
-    session = RouteSession(specs, suite.request_timeout_s)
+    graph = SessionGraph(suite, specs=specs)
     try:
         for spec in specs:
             test_id = deferred[spec.name]
             log(f"spec-suite: acceptance by prompt class on '{spec.name}': class-pure phases on the idle server")
             try:
-                handle = session.handle(spec.name)
-                inventory = handle.inventory()
-                groups = class_requests(_prompts(suite), _fitted(suite, handle, inventory))
+                handle = graph.session.handle(spec.name)
+                inventory = graph.inventory(spec.name)
+                # the run's prompts sized into this route's context, tokenized as the run's baseline tokenizes them
+                fitted = graph.fitted_prompts(graph.context_fit(handle))
+                groups = class_requests(graph.run_prompts(), fitted)
                 profile, _ = class_profile(handle, groups, depth=draft_depth(inventory, spec).k, defer_server=False)
             except (RouteError, OSError) as exc:
                 _add(collector, "coverage", test_id, CoverageRecord(
@@ -49,21 +51,7 @@ def run_deferred_phases(suite: SuiteConfig, collector, log: Callable[[str], None
             _add(collector, "coverage", test_id, CoverageRecord(check=CHECK, route=spec.name,
                                                                 **coverage(profile)).as_measurement())
     finally:
-        session.close()
-
-
-def _prompts(suite: SuiteConfig):
-    from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
-    return run_prompts(suite)
-
-
-def _fitted(suite: SuiteConfig, handle, inventory):
-    """The run's prompts sized into this route's context, tokenized as the run's baseline tokenizes them."""
-    from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, route_context
-    from spec_route_suite.tokenizers import load_tokenizer
-    base = suite.routes.baseline
-    fit = ContextFit((route_context(handle.spec, handle.context_limit(inventory.max_model_len)),))
-    return FittedPrompts(load_tokenizer(base.tokenizer or base.model), fit, max_tokens=suite.max_new_tokens)
+        graph.close()
 
 
 def _add(collector, kind: str, test_id: str, data: dict[str, Any]) -> None:

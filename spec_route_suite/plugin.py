@@ -1,11 +1,13 @@
-"""The suite's pytest plugin: options, route fixtures, report wiring. It wires; it does not compute.
+"""The suite's pytest plugin: options, configuration, collection and report wiring. It wires; it does not compute.
 
 Loaded by the checkout's conftest.py (`pytest -n 8` in the repository) and by `spec-route-suite`
 (`-p spec_route_suite.plugin`, from anywhere); it is not a pytest11 entry point, so other projects'
 test runs in the same environment never see its options, its run folder or a torch import.
 
-Configuration is parsed once here (pytest_configure) into a frozen SuiteConfig stored on
-the pytest config; fixtures hand its parts down. A bad value exits with code 4 naming the field.
+The options are registered from their declarations (options.py). Configuration is parsed once here
+(pytest_configure) into a frozen SuiteConfig stored on the pytest config; the route fixtures
+(fixtures/route_fixtures.py, loaded with this plugin) hand its parts down. A bad value exits with
+code 4 naming the field.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.config import SUITE_CONFIG_KEY, SuiteConfig, suite_config_from_options
+from spec_route_suite import options
+from spec_route_suite.config import suite_config_from_options
 from spec_route_suite.routes.errors import CapabilityMissing, ContextExceeded, RouteError
 from spec_route_suite.routes.spec import ConfigError
 from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WORKER_STATE_KEY, RunCollector, check_of,
@@ -23,9 +26,9 @@ from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WOR
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.writer import write_run_folder
+from spec_route_suite.stash import COLLECTOR_KEY, CONFIG_KEY
 
-CONFIG_KEY = SUITE_CONFIG_KEY
-COLLECTOR_KEY = pytest.StashKey[RunCollector]()
+pytest_plugins = ("spec_route_suite.fixtures.route_fixtures",)   # the fixtures that hand routes to the checks
 USAGE_KEY = pytest.StashKey["UsageErrors"]()
 SERVERS_KEY = pytest.StashKey[object]()   # spec_route_suite.servers.ManagedServers | None, controller only
 USAGE_ERROR_PROPERTY = "spec_suite_usage_error"
@@ -34,48 +37,16 @@ INVOCATION_DIR_INPUT = "spec_suite_invocation_dir"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("spec-suite", "speculative route qualification")
-    group.addoption("--baseline", help="baseline (AR) route URI, e.g. hf:PATH or openai:http://host:port/v1?model=NAME")
-    group.addoption("--candidate", help="candidate (speculative) route URI, e.g. hf:PATH?draft=PATH&num_assistant_tokens=4")
-    group.addoption("--routes", help="TOML file with [baseline] and [candidate] / [candidates.NAME] tables")
-    group.addoption("--report-dir", dest="report_dir", help="where run folders go (default reports/out)")
-    group.addoption("--greedy-policy", dest="greedy_policy", help="strict (any divergence fails) or classify")
-    group.addoption("--max-new-tokens", dest="max_new_tokens", help="tokens generated per greedy prompt (default 64)")
-    group.addoption("--prompt-limit", dest="prompt_limit", help="at most this many prompts per category")
-    group.addoption("--categories", help="comma-separated prompt categories (math,code,chat,json,long, or --prompts')")
-    group.addoption("--prompts", action="append", metavar="SOURCE", help="qualify on these prompts (repeatable): "
-                    "gsm8k|mt_bench|humaneval|mbpp[:PATH|HUB_ID] or jsonl|parquet:PATH, ?limit=N&... (README)")
-    group.addoption("--compare-to", dest="compare_to", help="a previous run folder: list new, fixed and still-failing findings")
-    group.addoption("--near-tie-tau", dest="near_tie_tau",
-                    help="pin the near-tie margin tau in nats (default: from the A/A calibration)")
-    group.addoption("--vllm", action="store_true", default=False,
-                    help="self-tests: also run the vLLM-for-CPU integration tests (installs and starts servers)")
-    group.addoption("--llama-cpp", dest="llama_cpp", action="store_true", default=False,
-                    help="self-tests: also run the llama.cpp server integration tests (builds and starts servers)")
-    group.addoption("--torch-threads", dest="torch_threads", help="torch threads per worker (default 1)")
-    group.addoption("--concurrency", help="concurrency levels for stressors (default 1,8,32)")
-    group.addoption("--alpha", help="family-wise false-alarm rate of the statistical tests (default 0.01)")
-    group.addoption("--detect-tv", dest="detect_tv", help="smallest TV shift the sampling budget must detect (default 0.05)")
-    group.addoption("--samples-per-prompt", dest="samples_per_prompt", help="override the planner's samples per prompt")
-    group.addoption("--seed", help="run seed for sampling arms and schedules (default 0)")
-    group.addoption("--stress-requests", dest="stress_requests", help="requests per stressor (default: built-in budget)")
-    group.addoption("--progress", help="progress of long checks: auto (status line on a terminal, plain lines "
-                    "otherwise), tty, plain or off")
-    group.addoption("--progress-every", dest="progress_every",
-                    help="plain progress: at most one line per check every this many seconds (default 30)")
+    options.register(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "check(name): the check family a route-suite test belongs to")
     _route_suite_by_default(config)
-    options = {name: config.getoption(name) for name in (
-        "baseline", "candidate", "routes", "report_dir", "greedy_policy", "max_new_tokens", "prompt_limit",
-        "categories", "torch_threads", "concurrency", "alpha", "detect_tv", "samples_per_prompt", "seed",
-        "stress_requests", "compare_to", "near_tie_tau", "prompts")}
     workerinput = getattr(config, "workerinput", None)
     invocation_dir = Path(workerinput[INVOCATION_DIR_INPUT]) if workerinput else config.invocation_params.dir
     try:
-        suite = suite_config_from_options(options, invocation_dir=invocation_dir)
+        suite = suite_config_from_options(options.suite_options(config), invocation_dir=invocation_dir)
         from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
         prompts = prompt_set(suite)   # every source row read and checked: a malformed one exits 4 here
     except ConfigError as exc:
@@ -135,153 +106,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
         prompts = run_prompts(suite)
         metafunc.parametrize("prompt", prompts, ids=[p.id for p in prompts])
-
-
-@pytest.fixture(scope="session")
-def suite_config(pytestconfig: pytest.Config) -> SuiteConfig:
-    return pytestconfig.stash[CONFIG_KEY]
-
-
-@pytest.fixture(scope="session")
-def route_session(pytestconfig: pytest.Config, suite_config: SuiteConfig):
-    from spec_route_suite.session import RouteSession
-    routes = suite_config.routes
-    session = RouteSession((routes.baseline, *routes.candidates), suite_config.request_timeout_s)
-    yield session
-    collector = pytestconfig.stash[COLLECTOR_KEY]
-    for name, handle in session.built().items():
-        collector.worker_state.latency[name] = list(handle.route.samples)
-        collector.worker_state.notes.extend(n for n in handle.notes() if n not in collector.worker_state.notes)
-        try:
-            if name not in collector.worker_state.inventories:
-                collector.worker_state.inventories[name] = handle.inventory().__dict__
-            snapshot = handle.acceptance()
-            if snapshot is not None:
-                collector.worker_state.acceptance[name] = {**snapshot.__dict__, "accepted_per_pos": list(snapshot.accepted_per_pos)}
-        except (RouteError, OSError) as exc:
-            collector.worker_state.notes.append(f"{name}: inventory unavailable: {exc}")
-    from spec_route_suite.session import peak_rss_mib
-    collector.worker_state.memory["peak_rss_mib"] = peak_rss_mib()
-    session.close()
-
-
-@pytest.fixture(scope="session")
-def baseline(pytestconfig: pytest.Config, route_session, suite_config: SuiteConfig):
-    return _with_inventory(pytestconfig, route_session.handle(suite_config.routes.baseline.name))
-
-
-@pytest.fixture(scope="session")
-def candidate(request: pytest.FixtureRequest, pytestconfig: pytest.Config, route_session):
-    return _with_inventory(pytestconfig, route_session.handle(request.param))
-
-
-def _with_inventory(config: pytest.Config, handle):
-    """The route's inventory at first use, while it is surely alive (an engine may die mid-run)."""
-    state = config.stash[COLLECTOR_KEY].worker_state
-    if handle.name not in state.inventories:
-        try:
-            state.inventories[handle.name] = handle.inventory().__dict__
-        except (RouteError, OSError) as exc:
-            state.notes.append(f"{handle.name}: inventory unavailable at first use: {exc}")
-    return handle
-
-
-@pytest.fixture(scope="session")
-def tokenizer(suite_config: SuiteConfig):
-    from spec_route_suite.tokenizers import load_tokenizer
-    spec = suite_config.routes.baseline
-    return load_tokenizer(spec.tokenizer or spec.model)
-
-
-@pytest.fixture(scope="session")
-def report_note(pytestconfig: pytest.Config):
-    """Add a line to the report's notes (report.json and summary.md); equal lines from workers merge."""
-    notes = pytestconfig.stash[COLLECTOR_KEY].worker_state.notes
-
-    def add(line: str) -> None:
-        if line not in notes:
-            notes.append(line)
-    return add
-
-
-@pytest.fixture(scope="session")
-def context_fit(pytestconfig: pytest.Config, baseline, candidate):
-    """The smaller context of the baseline and this candidate: every request of the pair must fit it."""
-    from spec_route_suite.fixtures.prompts.fit import ContextFit, route_context
-    inventories = pytestconfig.stash[COLLECTOR_KEY].worker_state.inventories  # filled at the routes' first use
-    return ContextFit(lambda: tuple(route_context(h.spec, h.context_limit((inventories.get(h.name) or {})
-                                                                          .get("max_model_len")))
-                                    for h in (baseline, candidate)))
-
-
-@pytest.fixture(scope="session")
-def fitted_prompts(context_fit, tokenizer, suite_config: SuiteConfig, report_note):
-    """Prompt records -> the token ids to send, sized into the pair's context; the sizing is noted once."""
-    from spec_route_suite.fixtures.prompts.fit import FittedPrompts
-    from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
-    fitted = FittedPrompts(tokenizer, context_fit, max_tokens=suite_config.max_new_tokens)
-    note = fitted.note(run_prompts(suite_config))
-    if note:
-        report_note(note)
-    return fitted
-
-
-@pytest.fixture(scope="session")
-def calibration(baseline, fitted_prompts, suite_config: SuiteConfig, tmp_path_factory, pytestconfig):
-    """The baseline's A/A calibration (tau), computed when first asked for, shared across workers by a file."""
-    import hashlib
-    import json
-    from spec_route_suite.equivalence import calibration as calib
-    from spec_route_suite.equivalence.lean import pick_lean
-    from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
-    prompts = pick_lean(prompt_pool(suite_config), calib.PROMPTS)
-    ids = [fitted_prompts.ids(p) for p in prompts]
-    max_tokens = min(calib.TOKENS, suite_config.max_new_tokens)
-    cache = None
-    if hasattr(pytestconfig, "workerinput"):
-        key = hashlib.sha256(json.dumps([baseline.spec.public_dict(), ids, max_tokens, calib.SAFETY,
-                                         calib.TAU_FLOOR], sort_keys=True, default=str).encode()).hexdigest()[:16]
-        cache = tmp_path_factory.getbasetemp().parent / f"aa-calibration-{key}.json"
-    return calib.LazyCalibration(baseline, prompts, ids, max_tokens, cache, tau_override=suite_config.near_tie_tau)
-
-
-@pytest.fixture(scope="session")
-def near_tie_policy(suite_config: SuiteConfig, calibration):
-    """--greedy-policy and the calibrated (or pinned) tau, for every check that judges a greedy mismatch."""
-    from spec_route_suite.stressors.near_tie import NearTiePolicy
-    return NearTiePolicy(mode=suite_config.greedy_policy, calibration=calibration)
-
-
-class FindingSink:
-    """What a test uses to report a finding; the finding reaches the run folder from any worker."""
-
-    def __init__(self, collector: RunCollector, item: pytest.Item):
-        self._collector = collector
-        self._item = item
-        self.items: list[Finding] = []
-
-    def add(self, finding: Finding) -> Finding:
-        self._collector.record(self._item, finding)
-        self.items.append(finding)
-        return finding
-
-    def measure(self, kind: str, **data) -> None:
-        """Record a measurement for the report (e.g. kind="p_value", value=0.3, test="chi2")."""
-        self._collector.measure(self._item, kind, data)
-
-    def cover(self, check: str, route: str, *, verified: bool, ran: dict | None = None, could_detect: str = "",
-              reason: str = "", applicable: bool = True, part: str = "", supported: bool = True) -> None:
-        """What this test could have detected on `route` (reports/coverage.py): one row of the coverage table
-        (one row per `part`, e.g. a request feature; supported=False: the route refused what the part needs)."""
-        from spec_route_suite.reports.coverage import CoverageRecord
-        record = CoverageRecord(check=check, route=route, verified=verified, ran=ran or {}, could_detect=could_detect,
-                                reason=reason, applicable=applicable, part=part, supported=supported)
-        self.measure("coverage", **record.as_measurement())
-
-
-@pytest.fixture
-def findings(request: pytest.FixtureRequest) -> FindingSink:
-    return FindingSink(request.config.stash[COLLECTOR_KEY], request.node)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lowest first: a module may import its own layer and the layers below it, never one above. The record types
 # the checks emit (Finding, repro specs) rank with the checks: they are the checks' output, which the findings
-# layer collects; nothing in them reaches above the checks. First matching pattern wins.
+# layer collects; nothing in them reaches above the checks. A module named exactly wins over a pattern.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("spec_route_suite", "spec_route_suite.paths", "spec_route_suite.progress",
                     "spec_route_suite.tokenizers", "spec_route_suite.fixtures", "spec_route_suite.fixtures.models",
@@ -50,8 +50,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the composition root: the pytest plugin, the CLI, the controller's phases, the pytest fixtures that hand
     # routes to the checks, and the tools that train models or write prompt files
     ("wiring", ("spec_route_suite.plugin", "spec_route_suite.cli", "spec_route_suite.__main__",
-                "spec_route_suite.class_phases", "spec_route_suite.schedule", "spec_route_suite.fixtures.*",
-                "spec_route_suite.fixtures.models.*", "*.conftest")),
+                "spec_route_suite.class_phases", "spec_route_suite.schedule", "spec_route_suite.session_graph",
+                "spec_route_suite.stash", "spec_route_suite.fixtures.*",
+                "spec_route_suite.fixtures.models.*", "spec_route_suite.equivalence.conftest",
+                "spec_route_suite.stressors.conftest")),
 )
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
 CHECK_PACKAGES = ("spec_route_suite.equivalence", "spec_route_suite.stressors")
@@ -119,6 +121,10 @@ def import_graph() -> tuple[dict[str, Path], list[Import]]:
 
 
 def layer_of(module: str) -> str:
+    """A module named exactly in LAYERS has that layer; otherwise the first pattern it matches decides."""
+    for layer, patterns in LAYERS:
+        if module in patterns:
+            return layer
     for layer, patterns in LAYERS:
         if any(fnmatch.fnmatchcase(module, p) for p in patterns):
             return layer

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import spec_route_suite.session as session
+import spec_route_suite.stressors.abort_wave as abort_wave
 import spec_route_suite.stressors.test_aborts as aborts
 from spec_route_suite.routes.base import Capabilities
 from spec_route_suite.routes.errors import RouteDisconnected
@@ -78,7 +79,7 @@ def survives(handle, budget, workload, refs, sink):
 @pytest.mark.parametrize("mode", ["healthy", "dies", "hangs"])
 def test_a_route_that_dies_or_hangs_after_disconnects_becomes_findings(mode, monkeypatch):
     monkeypatch.setattr(session, "DEADLINE_MARGIN_S", 0.5)
-    monkeypatch.setattr(aborts, "HEALTH_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(abort_wave, "HEALTH_TIMEOUT_S", 1.0)
     loop = BackgroundLoop()
     try:
         route = FragileRoute(mode)

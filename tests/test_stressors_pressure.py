@@ -19,7 +19,7 @@ from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for
 from spec_route_suite.stressors.near_tie import NearTiePolicy
 from spec_route_suite.stressors.pressure import plan_pressure
-from spec_route_suite.stressors.test_batch_ramp import ramp_sizes
+from spec_route_suite.stressors.ramp import ramp_sizes
 from tests.test_greedy_routes import (FixedCalibration, Sink, baseline_handle, fitted_prompts, handle, reference_route,
                                       tokenizer)
 from tests.test_stated_boundaries import FLOOR
