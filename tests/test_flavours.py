@@ -57,6 +57,24 @@ def test_llama_cpp_states_its_slot_context_slots_and_whether_it_speculates():
     assert drafting.extra["endpoint_metrics"] is False
 
 
+def test_llama_cpp_states_its_draft_depth_by_its_per_position_counter():
+    """This build's /slots names the speculative types but no n_max; the per-position acceptance counter has one
+    series per draft position (sized to the drafter's n_max), so a DFlash server drafting 7 a step says 7."""
+    per_pos = "".join(f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {7 - i}\n'
+                      for i in range(7))
+    metrics = ("llamacpp:spec_decode_num_draft_tokens_total 21\nllamacpp:spec_decode_num_accepted_tokens_total 28\n"
+               "llamacpp:spec_decode_num_drafts_total 7\n" + per_pos)
+    slots = [{"id": 0, "n_ctx": 512, "speculative": True, "is_processing": False,
+              "params": {"speculative.types": "none,draft-dflash"}}]
+    facts = by_name("llama.cpp").facts(probes({"/props": LLAMA_PROPS, "/slots": slots, "/metrics": metrics}))
+    assert facts.speculative and facts.speculation["types"] == "draft-dflash" and facts.draft_depth == 7
+    before = by_name("llama.cpp").facts(probes({"/props": LLAMA_PROPS, "/slots": slots}))
+    assert before.draft_depth is None, "nothing drafted yet and no n_max: the server has not said"
+    stated = [{**slots[0], "params": {"speculative.types": "draft-simple", "speculative.n_max": 4}}]
+    assert by_name("llama.cpp").facts(probes({"/props": LLAMA_PROPS, "/slots": stated, "/metrics": metrics})
+                                      ).draft_depth == 4, "a stated n_max wins"
+
+
 def test_llama_cpp_answers_state_their_drafts_and_cache_hits():
     flavour = by_name("llama.cpp")
     drafted = flavour.per_response({"timings": LLAMA_TIMINGS})
