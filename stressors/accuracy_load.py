@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.accuracy import Tally, fisher_p, flips, sentence, tally
 from spec_route_suite.stressors.canary import mean_latency, renderer
-from spec_route_suite.stressors.control import Count, LoadComparison
+from spec_route_suite.stressors.control import Count, LoadComparison, record
 from spec_route_suite.stressors.driver import burst, failure_finding, plan, round_robin
 from spec_route_suite.stressors.mixing import MixingReport, probe_contexts
 from spec_route_suite.stressors.pair import CanaryStressor
@@ -108,3 +108,18 @@ class AccuracyUnderLoad(CanaryStressor):
                                  title=f"candidate '{self.candidate.name}' is less accurate than baseline "
                                        f"'{self.pair.baseline.name}' even serially: {serial.phrase()} vs "
                                        f"{base.phrase()}"))
+
+    def judge(self, findings, comparison: LoadComparison, text: str, details: dict) -> str | None:
+        """Charge the flips (an answer right alone and wrong under load) beyond the baseline's under the same load:
+        a bug finding naming where each answer came from; the failure message, or None when nothing is charged."""
+        judged = record(findings, comparison, check=self.check, control=self.control, candidate=self.candidate,
+                        examples=[f.line() for f in self.theirs])
+        flipped = self.flipped
+        if not flipped or not judged:
+            return None
+        title = (f"{len(flipped)} answers right when sent alone turned wrong under load ({comparison.sentence()}): "
+                 f"{text}")
+        findings.add(Finding(check=self.check, severity="bug", route=self.candidate.name, prompt_id=flipped[0].key,
+                             title=title, details={**details, "flips": [f.line() for f in flipped[:30]],
+                                                   "repro": self.windows.repro(flipped[0].attribution.victim_request)}))
+        return f"candidate '{self.candidate.name}': {title}\n" + "\n".join(f.line() for f in flipped[:10])

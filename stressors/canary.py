@@ -369,3 +369,17 @@ def canary_question(item: WorkItem, value: str) -> str | None:
 def canary_owners(workload: Workload) -> Mapping[str, str]:
     """canary value -> the key of the only item that states it."""
     return {value: item.key for item in workload.items for value in item.canaries}
+
+
+def fitting_chats(workload, handles, context_fit, max_tokens: int) -> tuple[object, dict[str, str]]:
+    """The workload less its chat conversations that a server renders too long for the pair's context (its
+    template may be longer than ours), and why each was left out."""
+    too_long: dict[str, str] = {}
+    for item in workload.chats():
+        req = item.request(max_tokens=max_tokens, request_id=f"len-{item.key}")
+        for handle in handles:
+            rendered = handle.prompt_tokens(req)
+            if rendered is not None and not context_fit.fits(rendered, max_tokens):
+                too_long[item.key] = f"{rendered} tokens on '{handle.name}'"
+                break
+    return (workload.without(set(too_long)) if too_long else workload), too_long

@@ -22,7 +22,7 @@ from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.routes.errors import CapabilityMissing, RouteError
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
 from spec_route_suite.stressors.canary import (MAX_PROMPT_TOKENS, WorkItem, WorkloadDoesNotFit, build_workload,
-                                               serial_references)
+                                               fitting_chats, serial_references)
 from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for
 
@@ -106,19 +106,11 @@ def stress_workload(sized_workload, stress_budget, suite_config, stress_chat, ba
     either server renders too long for the context (its template is longer than ours) is left out, noted."""
     workload = sized_workload(size=stress_budget.pool, seed=suite_config.seed,
                               chat_share=CHAT_SHARE if stress_chat else 0.0, padding=stress_padding)
-    too_long: dict[str, str] = {}
-    for item in workload.chats():
-        req = item.request(max_tokens=stress_max_tokens, request_id=f"len-{item.key}")
-        for handle in (baseline, candidate):
-            rendered = handle.prompt_tokens(req)
-            if rendered is not None and not context_fit.fits(rendered, stress_max_tokens):
-                too_long[item.key] = f"{rendered} tokens on '{handle.name}'"
-                break
+    workload, too_long = fitting_chats(workload, (baseline, candidate), context_fit, stress_max_tokens)
     if too_long:
         report_note(f"stressors: {len(too_long)} chat conversation(s) left out for '{candidate.name}': the servers "
                     f"render them longer than {context_fit.describe()} holds with {stress_max_tokens} new tokens "
                     f"(e.g. {next(iter(too_long))}: {next(iter(too_long.values()))})")
-        workload = workload.without(set(too_long))
     return workload
 
 

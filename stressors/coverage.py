@@ -82,10 +82,11 @@ class LoadWitness:
             return None
         return slots if isinstance(slots, int) and not isinstance(slots, bool) else None
 
-    def cover(self, findings, check: str, *, could_detect: str, counts: dict | None = None) -> bool:
-        """Record the coverage row; `counts` adds the stressor's own tallies to what ran."""
+    def cover(self, findings, check: str, *, could_detect: str, counts: dict | None = None, part: str = "") -> bool:
+        """Record the coverage row (of `part`, when the check has several); `counts` adds the stressor's own
+        tallies to what ran."""
         verified, why, ran = self.verdict()
         findings.cover(check, self.handle.name, verified=verified, ran={**ran, **(counts or {})},
                        could_detect=f"{could_detect} ({why})" if verified else could_detect,
-                       reason="" if verified else why)
+                       reason="" if verified else why, part=part)
         return verified

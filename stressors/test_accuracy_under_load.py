@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.reports.findings import Finding
-from spec_route_suite.stressors.accuracy_load import CHECK, AccuracyUnderLoad
-from spec_route_suite.stressors.control import record
+from spec_route_suite.stressors.accuracy_load import AccuracyUnderLoad
 from spec_route_suite.stressors.pair import LoadPair
 
 pytestmark = pytest.mark.check("accuracy")
@@ -29,13 +27,6 @@ def test_answers_right_alone_stay_right_under_load(candidate, baseline, tokenize
     comparison = accuracy.comparison(stress_budget.levels)
     text, details = accuracy.summary(findings, comparison, stress_budget)
     accuracy.warnings(findings, details, alpha=suite_config.alpha)
-    judged = record(findings, comparison, check=CHECK, control=stress_control, candidate=candidate,
-                    examples=[f.line() for f in accuracy.theirs])
-    flipped = accuracy.flipped
-    if not flipped or not judged:
-        return
-    title = (f"{len(flipped)} answers right when sent alone turned wrong under load ({comparison.sentence()}): {text}")
-    findings.add(Finding(check=CHECK, severity="bug", route=candidate.name, prompt_id=flipped[0].key,
-                         title=title, details={**details, "flips": [f.line() for f in flipped[:30]],
-                                               "repro": accuracy.windows.repro(flipped[0].attribution.victim_request)}))
-    pytest.fail(f"candidate '{candidate.name}': {title}\n" + "\n".join(f.line() for f in flipped[:10]), pytrace=False)
+    failure = accuracy.judge(findings, comparison, text, details)
+    if failure:
+        pytest.fail(failure, pytrace=False)
