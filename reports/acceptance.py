@@ -1,22 +1,26 @@
 """The candidate's acceptance profile, its invariants, and whether speculation really ran.
 
 A speculative route that silently fell back to plain decoding passes every equivalence check
-and proves nothing about speculation; counters that break their own invariants (per-position
-counts that do not add up, or grow with position) point at a bookkeeping bug in the engine.
+and proves nothing about speculation; one that drafts but accepts nothing never ran its accept path
+(the part that can break the output): every answer was the target's own, so it proves no more.
+Counters that break their own invariants (per-position counts that do not add up, or grow with
+position) point at a bookkeeping bug in the engine.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-RAN, DID_NOT_RUN, UNKNOWN, MISSING = "ran", "did not run", "unknown", "evidence missing"
+RAN, DID_NOT_RUN, ACCEPTED_NOTHING, UNKNOWN, MISSING = (
+    "ran", "did not run", "accepted nothing", "unknown", "evidence missing")
 
 
 def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,
                        profile: Mapping[str, Any] | None) -> dict[str, Any]:
-    """"ran" needs drafts counted during this run; "did not run" when the server states it does not speculate,
-    or the route claims speculation (or exports counters) yet drafted nothing; "evidence missing" when its server
-    died before counting a draft; "unknown" when the engine exposes no counters. What the server states comes from
-    its flavour (inventory.extra)."""
+    """"ran" needs drafts counted during this run and at least one drafted token accepted; "accepted nothing" when
+    it drafted and accepted none (its accept path never ran); "did not run" when the server states it does not
+    speculate, or the route claims speculation (or exports counters) yet drafted nothing; "evidence missing" when
+    its server died before counting a draft; "unknown" when the engine exposes no counters. What the server
+    states comes from its flavour (inventory.extra)."""
     inventory = inventory or {}
     extra = inventory.get("extra") or {}
     claims = bool(inventory.get("speculation") or inventory.get("draft"))
@@ -36,6 +40,11 @@ def speculation_status(candidate: str, *, inventory: Mapping[str, Any] | None,
         return {"route": candidate, "status": UNKNOWN, "reason": reason}
     if profile.get("drafts", 0) > 0:
         broken = [name for name, ok in (profile.get("invariants") or {}).items() if ok is False]
+        if profile.get("accepted") == 0:
+            return {"route": candidate, "status": ACCEPTED_NOTHING, "mean_acceptance_length": 1.0,
+                    "invariants_broken": broken,
+                    "reason": f"{profile['drafts']} drafts, {profile.get('draft_tokens', '?')} drafted tokens, none "
+                              f"accepted"}
         return {"route": candidate, "status": RAN, "mean_acceptance_length": profile.get("mean_acceptance_length"),
                 "invariants_broken": broken,
                 "reason": (f"{profile['drafts']} drafts, mean acceptance length {profile.get('mean_acceptance_length')}"
@@ -58,14 +67,26 @@ def baseline_problems(name: str | None, profile: Mapping[str, Any] | None) -> li
     return []
 
 
-def speculation_problems(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Reasons that keep a route from adoption: no speculation, or counters that contradict themselves."""
-    problems = []
+def speculation_leads(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What a route's verdict says first, before its findings: its speculation did not run, or ran and accepted
+    nothing. Either way every answer was the target's own and the checks say nothing about speculation."""
+    leads = []
     for s in statuses:
         if s["status"] == DID_NOT_RUN:
-            problems.append(f"speculation did not run on `{s['route']}` ({s['reason']}): the checks say nothing "
-                            f"about its speculative path")
-        elif s["status"] == MISSING:
+            leads.append(f"speculation did not run on `{s['route']}` ({s['reason']}): the checks say nothing "
+                         f"about its speculative path")
+        elif s["status"] == ACCEPTED_NOTHING:
+            leads.append(f"speculation ran but accepted nothing on `{s['route']}` ({s['reason']}): its accept path "
+                         f"never ran, so every answer was the target's own and the checks say nothing about it")
+    return leads
+
+
+def speculation_problems(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Reasons that keep a route from adoption: no speculation, no accepted draft, no evidence, or counters that
+    contradict themselves (the leads first)."""
+    problems = speculation_leads(statuses)
+    for s in statuses:
+        if s["status"] == MISSING:
             problems.append(f"no speculation evidence from `{s['route']}` ({s['reason']})")
         elif s.get("invariants_broken"):
             problems.append(f"`{s['route']}` acceptance counters break invariants: {', '.join(s['invariants_broken'])}")

@@ -1,5 +1,6 @@
 """The run broken down by prompt class (source, category): acceptance and outcomes, and the classes where
-speculation did nothing.
+speculation did nothing: a class that drafted and accepted nothing never ran its accept path (a "wait", named
+class by class even when no class accepted anything); one that drafted nothing while others accepted is a gap.
 
 Why: "acceptance falls on long code answers" and "the diverging prompts are all MT-Bench extraction" are what
 an engineer qualifying a route on their workload needs to see. Folds two measurements:
@@ -14,7 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-COLLAPSE_MIN_DRAFT_TOKENS = 16   # equivalence/class_acceptance.py MIN_DRAFT_TOKENS (reports never import checks)
+# drafted tokens all rejected before a class reads "accepted nothing": fewer may be chance (16 rejections in a row
+# at a draft acceptance rate of 0.5 happen once in 65,536 classes)
+COLLAPSE_MIN_DRAFT_TOKENS = 16
 
 
 def class_report(measurements: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -30,27 +33,54 @@ def class_report(measurements: Mapping[str, Sequence[Mapping[str, Any]]]) -> dic
     return {"acceptance": acceptance, "outcomes": outcomes}
 
 
+def _accepted_nothing(c: Mapping[str, Any]) -> bool:
+    """Drafted past the minimum and accepted none: the class's accept path never ran."""
+    return (c.get("draft_tokens") or 0) >= COLLAPSE_MIN_DRAFT_TOKENS and not c.get("accepted")
+
+
+def _measured(classes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [c for c in classes if c.get("method") != "none" and c.get("answers")]
+
+
 def collapsed_classes(classes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Classes on which speculation did nothing (no drafts, or every drafted token rejected past a minimum) while
-    another class of the same route accepted drafts."""
-    classes = [c for c in classes if c.get("method") != "none" and c.get("answers")]
-    if not any((c.get("accepted") or 0) > 0 for c in classes):
-        return []
-    return [c for c in classes if not c.get("draft_tokens")
-            or (c["draft_tokens"] >= COLLAPSE_MIN_DRAFT_TOKENS and not c.get("accepted"))]
+    """Classes on which speculation did nothing: every drafted token rejected past a minimum (whatever the other
+    classes did: a total collapse names every class), or no drafts while another class of the same route accepted."""
+    classes = _measured(classes)
+    others_accept = any((c.get("accepted") or 0) > 0 for c in classes)
+    return [c for c in classes if _accepted_nothing(c) or (others_accept and not c.get("draft_tokens"))]
+
+
+def _profiles(by_class: Mapping[str, Any], route: str | None):
+    return [(name, p) for name, p in sorted((by_class.get("acceptance") or {}).items()) if route in (None, name)]
 
 
 def class_gaps(by_class: Mapping[str, Any], route: str | None = None) -> list[str]:
-    """Verdict lines for the classes where speculation did nothing (all candidates, or `route`)."""
+    """Verdict gaps (pilot): classes that drafted nothing while other classes of the route accepted (all
+    candidates, or `route`)."""
     gaps = []
-    for name, profile in sorted((by_class.get("acceptance") or {}).items()):
-        if route is not None and name != route:
-            continue
+    for name, profile in _profiles(by_class, route):
         for c in collapsed_classes(profile["classes"]):
-            what = (f"{c['draft_tokens']} drafted tokens, none accepted" if c.get("draft_tokens") else "no drafts")
-            gaps.append(f"speculation does nothing on prompt class `{c['source']}/{c['category']}` of `{name}` "
-                        f"({what}, while other classes accept): its checks exercised the target alone")
+            if not _accepted_nothing(c):
+                gaps.append(f"speculation does nothing on prompt class `{c['source']}/{c['category']}` of `{name}` "
+                            f"(no drafts, while other classes accept): its checks exercised the target alone")
     return gaps
+
+
+def class_problems(by_class: Mapping[str, Any], route: str | None = None) -> list[str]:
+    """Verdict problems (wait): classes whose speculation drafted and accepted nothing, named one by one also when
+    no class accepted anything (all candidates, or `route`)."""
+    problems = []
+    for name, profile in _profiles(by_class, route):
+        measured = _measured(profile["classes"])
+        anywhere = any((c.get("accepted") or 0) > 0 for c in measured)
+        for c in measured:
+            if _accepted_nothing(c):
+                problems.append(
+                    f"speculation ran but accepted nothing on prompt class `{c['source']}/{c['category']}` of `{name}` "
+                    f"({c['draft_tokens']} drafted tokens, none accepted, "
+                    + ("while other classes accept" if anywhere else "nor on any other class")
+                    + "): its accept path never ran there, so its checks on that class exercised the target alone")
+    return problems
 
 
 def markdown(by_class: Mapping[str, Any]) -> list[str]:

@@ -7,15 +7,21 @@ cannot see the shift it is meant to catch, a deselected family did not run at al
 test outcomes into ONE table (check, route, what ran, what it could detect, status, why) and names
 the gaps that keep a run from "adopt".
 
-Status of a (check, candidate) row:
-- verified: ran, passed, and could have detected its bug class here;
-- not verified: ran, but could not have detected it (the reason says why), or every test was skipped;
-- not applicable: the engine itself says the bug class cannot exist here (e.g. it has no prefix cache);
-- not supported by this route: the route refused a request feature the check needs (HTTP 400/422 or
-  its adapter's documented refusal): listed, not verified, never a pass (a route that accepts a
-  feature and ignores it fails instead);
-- failed: a test failed (the findings say what);
-- not run: deselected (-k, --categories, a test path) or never collected.
+A row (check, part, candidate) is made of instances: every test planned for it or run in it (one per prompt,
+per route parameter, per detector that shares the part's name: the greedy and the sampled `n` tests are two
+instances of `features: n`). Each instance is judged on its own records and outcome, and the row says "k of n
+instances verified"; one passing instance never verifies a part whose other instances skipped or were
+deselected. Status of a row:
+- verified: every instance ran, passed, could have detected its bug class here and compared something
+  (instances the engine rules out, "not applicable", are counted apart);
+- not verified: an instance could not have detected it (the reason says why), was skipped, compared
+  nothing, recorded no evidence, or was planned and deselected while others ran;
+- not applicable: every instance says the engine itself rules the bug class out (e.g. it has no prefix cache);
+- not supported by this route: an instance's route refused a request feature the check needs (HTTP 400/422
+  or its adapter's documented refusal): listed, not verified, never a pass (a route that accepts a feature
+  and ignores it fails instead);
+- failed: an instance failed (the findings say what);
+- not run: every instance was deselected (-k, --categories, a test path), or the family was never collected.
 A family is covered when it is verified (or not applicable) on at least one candidate. A record may
 name a `part` of its family (a request feature, a grid point that needs one): each part is its own
 row and must be covered on its own (`features: n`, `distribution: T1.6-k20-m0.05`).
@@ -64,6 +70,9 @@ class CoverageRow:
     status: str
     why: str
     part: str = ""
+    instances: int = 0            # tests planned or run for this row (prompts, route parameters, detectors)
+    verified_instances: int = 0   # of which ran, passed and compared something
+    na_instances: int = 0         # of which the engine itself rules the bug class out
 
     @property
     def covers(self) -> bool:
@@ -120,12 +129,14 @@ def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[An
     """The coverage table: one row per (family, part, candidate) planned or run, one "not run" row per family
     nothing of which was planned.
 
-    A test's records name the parts it covers (a feature, a grid point, a rule); a test without records counts
-    for the part it was planned as (`planned`, from collection); a planned test that did not run (deselected)
-    leaves its part "not run", so -k cannot make a run read adopt by removing what would have failed."""
+    A row is made of instances: every test planned for it or run in it (a prompt, a route's parameter, a second
+    detector sharing the part's name), each judged on its own evidence (`judge_instance`). A test's records
+    name the parts it covers (a feature, a grid point, a rule); a test without records counts for the part it was
+    planned as (`planned`, from collection); a planned test that did not run (deselected) is an instance "not
+    run", so -k cannot make a run read adopt by removing what would have failed."""
     outcomes = list(outcomes)
     declared = declared_parts(planned or {})
-    by_key: dict[tuple[str, str, str], list[CoverageRecord]] = defaultdict(list)
+    records_of: dict[tuple[str, str, str], dict[Any, list[CoverageRecord]]] = defaultdict(lambda: defaultdict(list))
     # a test may state several parts of its own family, and rows of another family (a check that finds another
     # family's evidence void: speculation off for its requests); those rows count no test outcome of their own
     parts_of_test: dict[Any, set[tuple[str, str, Any]]] = defaultdict(set)
@@ -134,14 +145,14 @@ def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[An
         record = CoverageRecord(**fields)
         part = record.part or declared.get(raw.get("test_id"), ("", ""))[1]
         record = replace(record, part=part)
-        by_key[(record.check, part, record.route)].append(record)
+        records_of[(record.check, part, record.route)][raw.get("test_id")].append(record)
         parts_of_test[raw.get("test_id")].add((record.check, part, record.route))
-    tests: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    outcome_of: dict[tuple[str, str, str], dict[Any, Any]] = defaultdict(dict)
     for outcome in outcomes:
         own = declared.get(outcome.nodeid, (outcome.check, ""))[1]
         stated = {(part, route) for check, part, route in parts_of_test.get(outcome.nodeid, ()) if check == outcome.check}
         for part, route in stated or {(own, None)}:
-            tests[(outcome.check, part, route or route_of_test(outcome.nodeid, candidates))].append(outcome)
+            outcome_of[(outcome.check, part, route or route_of_test(outcome.nodeid, candidates))][outcome.nodeid] = outcome
     ran = {o.nodeid for o in outcomes}
     missing: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for nodeid, (family, part) in declared.items():
@@ -149,14 +160,18 @@ def coverage_rows(*, records: Iterable[Mapping[str, Any]], outcomes: Iterable[An
             missing[(family, part, route_of_test(nodeid, candidates))].append(nodeid)
     rows: list[CoverageRow] = []
     for family in FAMILIES:
-        keys = sorted({k for k in (*by_key, *tests, *missing) if k[0] == family},
+        keys = sorted({k for k in (*records_of, *outcome_of, *missing) if k[0] == family},
                       key=lambda k: (k[1], k[2] == ANY_ROUTE, k[2]))
         if not keys:
             rows.append(CoverageRow(family, ANY_ROUTE, "-", "-", NOT_RUN,
                                     "deselected (-k, a test path or --categories) or not collected"))
             continue
         for key in keys:
-            row = _row_status(family, key[2], by_key.get(key, []), tests.get(key, []), missing.get(key, []))
+            mine, run_here = records_of.get(key, {}), outcome_of.get(key, {})
+            tests = list(dict.fromkeys([*run_here, *mine, *missing.get(key, [])]))
+            instances = [judge_instance(test, mine.get(test, []), run_here.get(test), planned_only=test not in run_here
+                                        and test in missing.get(key, ())) for test in tests]
+            row = fold_row(family, key[2], instances, [r for rs in mine.values() for r in rs], len(run_here))
             rows.append(replace(row, part=key[1]))
     return rows
 
@@ -165,46 +180,103 @@ def _evidence(counts: Mapping[str, float]) -> bool:
     return any(v > 0 for v in counts.values())
 
 
-def _row_status(family: str, route: str, records: list[CoverageRecord], outcomes: list[Any],
-                missing: list[str] = ()) -> CoverageRow:
+def _counts(records: Iterable[CoverageRecord]) -> dict[str, float]:
     counts: dict[str, float] = {}
     for record in records:
         for name, value in record.ran.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):   # counts add up; nothing else does
                 counts[name] = counts.get(name, 0) + value
-    ran = _ran_text(counts, len(outcomes) or len(records))
-    if outcomes and counts:
-        ran += f" in {len(outcomes)} test(s)"
-    could = _unique(r.could_detect for r in records) or "-"
-    row = lambda status, why: CoverageRow(family, route, ran, could, status, why)  # noqa: E731
-    results = [o.outcome for o in outcomes]
-    if any(r in ("failed", "error") for r in results):
-        return row(FAILED, "a test failed: see the findings")
-    if not outcomes and missing:
-        return CoverageRow(family, route, "-", could, NOT_RUN,
-                           f"{len(missing)} planned test(s) deselected (-k or --deselect), e.g. {missing[0]}")
+    return counts
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One test's say on one row: a prompt, a route parameter, or one of several detectors sharing a part's name.
+    Its status is a row status; `why` says what it lacked (the same text for instances that lacked the same)."""
+
+    test: str
+    status: str
+    why: str = ""
+
+
+def judge_instance(test: Any, records: Sequence[CoverageRecord], outcome: Any, *, planned_only: bool) -> Instance:
+    """What one planned or run test proved for one row: verified only when it ran, passed, could detect its bug
+    class (no record says otherwise) and compared something (a count above 0)."""
+    name = str(test)
+    if outcome is not None and outcome.outcome in ("failed", "error"):
+        return Instance(name, FAILED, "a test failed: see the findings")
+    if outcome is None and planned_only:
+        return Instance(name, NOT_RUN, "planned, deselected by -k or --deselect")
     refused = [r for r in records if not r.supported]
     if refused:
-        return row(NOT_SUPPORTED, _unique(r.reason for r in refused))
-    passed = sum(r in ("passed", "xfailed") for r in results)
-    if records and not all(r.applicable for r in records):   # the check said so, whether its test passed or skipped
-        return row(NOT_APPLICABLE, _unique(r.reason for r in records if not r.applicable))
-    if outcomes and not passed:
-        return row(NOT_VERIFIED, _unique(o.reason for o in outcomes if o.outcome == "skipped")
-                   or "every test was skipped")
+        return Instance(name, NOT_SUPPORTED, _unique(r.reason for r in refused))
+    if any(not r.applicable for r in records):   # the check said so, whether its test passed or skipped
+        return Instance(name, NOT_APPLICABLE, _unique(r.reason for r in records if not r.applicable))
+    if outcome is not None and outcome.outcome not in ("passed", "xfailed"):
+        reason = (outcome.reason or "").removeprefix("not verified: ")
+        return Instance(name, NOT_VERIFIED, f"{outcome.outcome}" + (f": {reason}" if reason else ""))
     blind = [r for r in records if not r.verified]
     if blind:
-        return row(NOT_VERIFIED, _unique(r.reason for r in blind))
+        return Instance(name, NOT_VERIFIED, _unique(r.reason for r in blind) or "its check says it could not detect "
+                                                                                "its bug class here")
     if not records:
-        return row(NOT_VERIFIED, f"{passed} test(s) passed but recorded no evidence of what they compared")
+        return Instance(name, NOT_VERIFIED, "test(s) passed but recorded no evidence of what they compared")
+    counts = _counts(records)
     if not _evidence(counts):
-        return row(NOT_VERIFIED, "vacuous: the test(s) passed with nothing compared ("
-                   + (", ".join(f"0 {k}" for k in counts) or "no counts recorded") + ")")
-    if missing:
-        return row(NOT_VERIFIED, f"only {len(outcomes)} of {len(outcomes) + len(missing)} planned test(s) ran "
-                                 f"(-k or --deselect removed the rest, e.g. {missing[0]})")
-    skipped = _unique(o.reason for o in outcomes if o.outcome == "skipped")
-    return row(VERIFIED, f"{passed} test(s) passed" + (f" ({skipped})" if skipped else ""))
+        return Instance(name, NOT_VERIFIED, "vacuous: the test(s) passed with nothing compared ("
+                        + (", ".join(f"0 {k}" for k in counts) or "no counts recorded") + ")")
+    return Instance(name, VERIFIED)
+
+
+def instances_text(total: int, verified: int, na: int = 0) -> str:
+    """"k of n instances verified": instances the engine rules out (n/a) are counted apart."""
+    if total and na == total:
+        return f"{na} of {na} instances not applicable"
+    return f"{verified} of {total - na} instances verified" + (f", {na} not applicable" if na else "")
+
+
+def _open_reasons(instances: Sequence[Instance]) -> str:
+    """The reasons of the instances that did not verify, each once, with how many share it when several do."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for instance in instances:
+        if instance.status not in (VERIFIED, NOT_APPLICABLE):
+            groups.setdefault((instance.status, instance.why), []).append(instance.test)
+    parts = []
+    for (status, why), tests in groups.items():
+        text = f"not run ({why}, e.g. {tests[0]})" if status == NOT_RUN else why
+        parts.append(text + (f" (x{len(tests)})" if len(tests) > 1 else ""))
+    return "; ".join(parts)
+
+
+def fold_row(family: str, route: str, instances: Sequence[Instance], records: Sequence[CoverageRecord],
+             outcomes: int) -> CoverageRow:
+    """A row from its instances: verified only when every instance is verified (or not applicable, the rest
+    verified); failed when one failed; not run when none ran; else not verified (or not supported), every
+    instance that did not verify named with its reason."""
+    counts = _counts(records)
+    ran = _ran_text(counts, outcomes or len(records))
+    if outcomes and counts:
+        ran += f" in {outcomes} test(s)"
+    could = _unique(r.could_detect for r in records) or "-"
+    statuses = {i.status for i in instances}
+    verified = sum(i.status == VERIFIED for i in instances)
+    na = sum(i.status == NOT_APPLICABLE for i in instances)
+    text = instances_text(len(instances), verified, na)
+    row = lambda status, why: CoverageRow(family, route, ran, could, status, why, instances=len(instances),  # noqa: E731
+                                          verified_instances=verified, na_instances=na)
+    if FAILED in statuses:
+        return row(FAILED, f"a test failed: see the findings — {text}")
+    if statuses == {NOT_RUN}:
+        return replace(row(NOT_RUN, f"{len(instances)} planned test(s) deselected (-k or --deselect), e.g. "
+                                    f"{instances[0].test}"), ran="-")
+    if NOT_SUPPORTED in statuses:
+        return row(NOT_SUPPORTED, _unique(i.why for i in instances if i.status == NOT_SUPPORTED) + f" — {text}")
+    if statuses == {NOT_APPLICABLE}:
+        return row(NOT_APPLICABLE, _unique(i.why for i in instances))
+    if statuses <= {VERIFIED, NOT_APPLICABLE}:
+        excused = _unique(i.why for i in instances if i.status == NOT_APPLICABLE)
+        return row(VERIFIED, text + (f" (not applicable: {excused})" if excused else ""))
+    return row(NOT_VERIFIED, f"{_open_reasons(instances)} — {text}")
 
 
 class Gap(str):
@@ -253,19 +325,21 @@ def coverage_gaps(rows: Sequence[CoverageRow], route: str | None = None) -> list
     return gaps
 
 
-def table_dicts(rows: Sequence[CoverageRow]) -> list[dict[str, str]]:
+def table_dicts(rows: Sequence[CoverageRow]) -> list[dict[str, Any]]:
     return [asdict(r) for r in rows]
 
 
-COLUMNS = ("check", "route", "what ran", "what it could detect", "verified", "why")
+COLUMNS = ("check", "route", "instances", "what ran", "what it could detect", "verified", "why")
 
 
-def table_cells(row: Mapping[str, str]) -> tuple[str, ...]:
+def table_cells(row: Mapping[str, Any]) -> tuple[str, ...]:
     """One coverage row as the renderers show it: verified is yes / no / n/a / not supported by this route /
-    failed / not run; a part is shown after its family (`features: n`)."""
+    failed / not run; instances is "k of n instances verified"; a part is shown after its family (`features: n`)."""
     verified = {VERIFIED: "yes", NOT_VERIFIED: "no", NOT_APPLICABLE: "n/a"}.get(row["status"], row["status"])
-    return (_name(row["check"], row.get("part", "")), row["route"], row["ran"], row["could_detect"], verified,
-            row["why"])
+    instances = (instances_text(row["instances"], row.get("verified_instances", 0), row.get("na_instances", 0))
+                 if row.get("instances") else "-")
+    return (_name(row["check"], row.get("part", "")), row["route"], instances, row["ran"], row["could_detect"],
+            verified, row["why"])
 
 
 def _name(family: str, part: str) -> str:

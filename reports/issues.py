@@ -1,5 +1,6 @@
 """One upstream-ready issue per finding cluster: issues/NNN-<engine>-<check>.md, shaped like the engine's own
-bug template, under MAX_CHARS (a GitHub issue holds 65,536).
+bug template, under MAX_CHARS (a GitHub issue holds 65,536) whatever the prompts: a repro too long to quote
+(a long user prompt in its requests) is named by its path with its first lines quoted.
 
 vLLM's template: the environment, then "Describe the bug" with a minimal repro. llama.cpp's: name and
 version, operating system, affected module, command line, problem description and steps, first bad commit
@@ -21,6 +22,8 @@ from spec_route_suite.reports.repro import engine_of, slug
 
 MAX_CHARS = 60_000
 EVIDENCE_CHARS = 4_000
+HEAD_CHARS, LINE_CHARS = 4_000, 200     # a repro script too long to quote: how much of its start is shown
+CUT_NOTE = "\n\n(cut here to fit one issue of {limit:,} characters: see report.json and repro/ in the run folder)\n"
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -81,9 +84,11 @@ def _evidence(report: dict[str, Any], cluster: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _repro_section(run_dir: Path, cluster: dict[str, Any], *, curl: bool = True) -> str:
+def _repro_section(run_dir: Path, cluster: dict[str, Any], *, curl: bool = True, script: bool = True) -> str:
     """The curl lines and the script, quoted whole; without the curl lines (`curl=False`) when both do not fit
-    one issue (a load schedule resends every request in flight: the script alone says the same)."""
+    one issue (a load schedule resends every request in flight: the script alone says the same); with the
+    script named by its path and its head quoted (`script=False`) when even the script alone does not fit (a
+    long user prompt is in every request it resends)."""
     paths = cluster.get("repro") or []
     if not paths:
         return ("No repro script: the finding(s) of this cluster carry no request that can be resent on its own "
@@ -92,9 +97,27 @@ def _repro_section(run_dir: Path, cluster: dict[str, Any], *, curl: bool = True)
     lines = (f"curl (`{paths[1]}`):\n{_fence(sh.read_text(), 'sh')}" if curl else
              f"curl lines: `{paths[1]}` in the run folder (left out here to fit one issue; the script below sends "
              f"the same requests)")
-    return (f"{lines}\n\n"
-            f"Standalone script (`{paths[0]}`, python3 + httpx; exit 1 when the candidate's failure reproduces and "
-            f"the baseline does not show it):\n{_fence(py.read_text(), 'python')}")
+    what = (f"Standalone script (`{paths[0]}`, python3 + httpx; exit 1 when the candidate's failure reproduces and "
+            f"the baseline does not show it)")
+    if script:
+        return f"{lines}\n\n{what}:\n{_fence(py.read_text(), 'python')}"
+    text = py.read_text()
+    return (f"{lines}\n\n{what}: `{paths[0]}` in the run folder, {len(text):,} characters (its requests carry "
+            f"long prompts: more than one issue holds, so it is attached, not quoted). Its first lines, long lines "
+            f"cut:\n{_fence(_head(text), 'python')}")
+
+
+def _head(text: str) -> str:
+    """The start of a script, each line cut at LINE_CHARS, at most HEAD_CHARS in all."""
+    lines, size = [], 0
+    for line in text.splitlines():
+        line = line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + f"... ({len(line):,} characters)"
+        if size + len(line) > HEAD_CHARS:
+            lines.append("# ... (the rest is in the file)")
+            break
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)
 
 
 def _found_by(report: dict[str, Any]) -> str:
@@ -118,12 +141,18 @@ def render_issue(run_dir: Path, report: dict[str, Any], cluster: dict[str, Any])
         "repro": _repro_section(run_dir, cluster), "evidence": _evidence(report, cluster),
         "found_by": _found_by(report), "version": ((report.get("inventories") or {}).get(route) or {}).get("version")}
     text = TEMPLATES.get(engine_of(report, route), generic)(data)
-    if len(text) > MAX_CHARS:
+    if len(text) >= MAX_CHARS:
         data["evidence"] = data["evidence"][:2000] + "\n\n(evidence cut to fit one issue: see report.json)"
         text = TEMPLATES.get(engine_of(report, route), generic)(data)
-    if len(text) > MAX_CHARS:
+    if len(text) >= MAX_CHARS:
         data["repro"] = _repro_section(run_dir, cluster, curl=False)
         text = TEMPLATES.get(engine_of(report, route), generic)(data)
+    if len(text) >= MAX_CHARS:   # the script alone is too long: a long user prompt in its requests
+        data["repro"] = _repro_section(run_dir, cluster, curl=False, script=False)
+        text = TEMPLATES.get(engine_of(report, route), generic)(data)
+    if len(text) >= MAX_CHARS:   # whatever else a run made long (a command line, an inventory): the bound holds
+        note = CUT_NOTE.format(limit=MAX_CHARS)
+        text = text[:MAX_CHARS - len(note) - 1] + note
     return text
 
 

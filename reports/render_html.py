@@ -1,8 +1,8 @@
 """report.html: the dashboard, one self-contained file (no script, no network, inline SVG).
 
-The verdict and its gaps; the family x candidate matrix (colour and one word per cell, the reason on hover and
-on expanding the cell; `data-family`, `data-route`, `data-status` let the self-test compare every cell with
-report.json's matrix); the acceptance rate by draft position per candidate; the speed gate (speedup over the
+The verdict and its gaps; the family x candidate matrix (colour and one word per cell with its "k of n instances
+verified", the reason on hover and on expanding the cell; `data-family`, `data-route`, `data-status`,
+`data-instances` let the self-test compare every cell with report.json's matrix); the acceptance rate by draft position per candidate; the speed gate (speedup over the
 baseline by concurrency, time to first token and decode speed); divergence positions, p-values, contamination;
 the finding clusters with their issue and repro files; then the full coverage table and the configuration,
 folded.
@@ -17,7 +17,7 @@ from typing import Any
 
 from spec_route_suite.reports.clusters import frequency
 from spec_route_suite.reports.coverage import COLUMNS, table_cells
-from spec_route_suite.reports.matrix import coverage_matrix
+from spec_route_suite.reports.matrix import coverage_matrix, shown
 from spec_route_suite.reports.speed import shape, speed_rows
 from spec_route_suite.reports.svg import bar_chart, heatmap, line_chart, qq_uniform
 from spec_route_suite.reports.verdict_lines import GAPS_LEAD, candidate_rows, gap_lines, headline_reason
@@ -87,12 +87,14 @@ def _matrix(report: dict[str, Any]) -> str:
             css = "st-" + re.sub(r"[^a-z]+", "-", status).strip("-")
             tds.append(f"<td class='cell {css}' style='background:{STATUS_COLOURS.get(status, '#999')}' "
                        f"data-family='{escape(family)}' data-route='{escape(name)}' data-status='{escape(status)}' "
-                       f"title='{escape(why)}'><details><summary>{escape(status)}</summary>"
+                       f"data-instances='{escape(cell.get('instances', ''))}' "
+                       f"title='{escape(why)}'><details><summary>{escape(shown(cell))}</summary>"
                        f"<div class='why'>{escape(why)}</div></details></td>")
         rows.append(f"<tr><th>{escape(family)}</th>{''.join(tds)}</tr>")
     return (f"<h2>Coverage by family</h2><table id='matrix'>{head}{''.join(rows)}</table>"
-            f"<p><small>yes: every part verified; partly: some; no: not verified. Hover or open a cell for the "
-            f"reason; the full table is below.</small></p>")
+            f"<p><small>yes: every part verified (every instance planned for it, per prompt, route parameter or "
+            f"detector, ran with evidence); partly: some; no: not verified. Hover or open a cell for the reason; "
+            f"the full table is below.</small></p>")
 
 
 def _speed_charts(report: dict[str, Any]) -> list[str]:

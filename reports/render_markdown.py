@@ -14,7 +14,7 @@ from typing import Any, Callable
 from spec_route_suite.reports import by_class
 from spec_route_suite.reports.clusters import frequency
 from spec_route_suite.reports.compare import render_comparison
-from spec_route_suite.reports.matrix import coverage_matrix
+from spec_route_suite.reports.matrix import coverage_matrix, shown
 from spec_route_suite.reports.speed import speed_section
 from spec_route_suite.reports.verdict_lines import GAPS_LEAD, candidate_rows, gap_lines, headline_reason
 
@@ -59,10 +59,11 @@ def _matrix(report: dict[str, Any]) -> list[str]:
     lines = ["## Coverage by family", "", "| family | " + " | ".join(f"`{n}`" for n in names) + " |",
              "|---|" + "---|" * len(names)]
     for family, cells in matrix.items():
-        lines.append(f"| {family} | " + " | ".join(cells.get(n, {}).get("status", "?") for n in names) + " |")
+        lines.append(f"| {family} | " + " | ".join(shown(cells[n]) if n in cells else "?" for n in names) + " |")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.get("counts", {}).items()))
-    return lines + ["", f"yes: every part verified; partly: some; no: not verified. Why, part by part: the coverage "
-                        f"table in report.html and report.json. Tests: {counts or 'none'}.", ""]
+    return lines + ["", f"yes: every part verified (a part only when every instance planned for it, per prompt, route "
+                        f"parameter or detector, ran with evidence); partly: some; no: not verified. Why, part by "
+                        f"part: the coverage table in report.html and report.json. Tests: {counts or 'none'}.", ""]
 
 
 def _clusters(report: dict[str, Any]) -> list[str]:

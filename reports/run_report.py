@@ -5,8 +5,9 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Sequence
 
-from spec_route_suite.reports.acceptance import UNKNOWN, baseline_problems, speculation_problems, speculation_status
-from spec_route_suite.reports.by_class import class_gaps, class_report
+from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_leads, speculation_problems,
+                                                 speculation_status)
+from spec_route_suite.reports.by_class import class_gaps, class_problems, class_report
 from spec_route_suite.reports.collector import RunCollector
 from spec_route_suite.reports.coverage import ANY_ROUTE, Gap, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
@@ -16,25 +17,41 @@ NOT_VERIFIED_PREFIX = "not verified"
 
 
 def verdict_of(*, failed: int, bug_findings: int, error_findings: int, not_verified: int,
-               complete: bool, problems: Sequence[str] = (), gaps: Sequence[str] = ()) -> tuple[str, str]:
+               complete: bool, problems: Sequence[str] = (), gaps: Sequence[str] = (),
+               speculation: Sequence[str] = ()) -> tuple[str, str]:
     """adopt / pilot / wait / avoid, with the reason a person reads first.
 
     "adopt" promises that every check family ran and could have found its bug class here; each
     gap (a family not run or not verified, a warning that weakens the evidence, a finding about
-    the baseline) is named in the "pilot" line."""
+    the baseline) is named in the "pilot" line. `speculation` says the route's speculation did not run
+    or accepted nothing: it makes the route wait, and its reason says so first, before any finding."""
     if not complete:
         return "wait", "the run did not complete; its results are partial"
+    lead = list(speculation)
     if bug_findings:
-        return "avoid", f"{bug_findings} correctness finding(s) against the candidate"
-    if error_findings or failed or problems:   # every cause is named: route errors never hide "speculation did not run"
+        return "avoid", "; ".join([*lead, f"{bug_findings} correctness finding(s) against the candidate"])
+    if lead or error_findings or failed or problems:   # every cause is named: route errors never hide it
         errors = ([f"{failed} failed check(s), {error_findings} route error(s): investigate before promoting"]
                   if error_findings or failed else [])
-        return "wait", "; ".join([*errors, *problems])
+        return "wait", "; ".join([*lead, *errors, *problems])
     if gaps:
         return "pilot", "all checks that ran passed, but: " + "; ".join(gaps)
     if not_verified:
         return "pilot", f"all checks that ran passed, but {not_verified} could not be verified on this route"
     return "adopt", "every check family ran, passed and could have detected its bug class on this run"
+
+
+def speculation_verdict_parts(collector: RunCollector, context: dict[str, Any], *, baseline_name: str | None,
+                              route: str | None = None) -> tuple[list[str], list[str]]:
+    """(leads, problems) for the run or one route: speculation that did not run or accepted nothing leads the
+    reason; then missing evidence, broken counters, a class that accepted nothing, a baseline that speculated."""
+    statuses = [s for s in context["speculation"] if route in (None, s["route"])]
+    leads = speculation_leads(statuses)
+    problems = [p for p in speculation_problems(statuses) if p not in leads]
+    by_class = class_report(collector.measurements)
+    for s in statuses:   # each class that accepted nothing is named, also when the whole route accepted nothing
+        problems += class_problems(by_class, s["route"])
+    return leads, problems + baseline_problems(baseline_name, context["acceptance"].get(baseline_name))
 
 
 def build_run_report(collector: RunCollector) -> dict[str, Any]:
@@ -55,8 +72,7 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     bug_findings = sum(1 for f in collector.findings if f.severity == "bug" and f.route != baseline_name)
     error_findings = sum(1 for f in collector.findings if f.severity == "error")
     context = route_context(collector)
-    problems = speculation_problems(context["speculation"]) + baseline_problems(
-        baseline_name, context["acceptance"].get(baseline_name))
+    leads, problems = speculation_verdict_parts(collector, context, baseline_name=baseline_name)
     candidates = [c.get("name") for c in collector.config_public.get("candidates", [])]
     planned = {k: v for state in [collector.worker_state.__dict__, *collector.worker_states]
                for k, v in (state.get("planned") or {}).items()}
@@ -70,7 +86,7 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name)
     verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
                                  error_findings=error_findings, not_verified=0,  # skips reach it as coverage gaps
-                                 complete=complete, problems=problems, gaps=gaps)
+                                 complete=complete, problems=problems, gaps=gaps, speculation=leads)
     per_route = {name: route_verdict(collector, name, candidates, coverage=coverage, context=context,
                                      complete=complete, baseline_name=baseline_name, outcomes=outcomes)
                  for name in candidates}
@@ -152,12 +168,11 @@ def route_verdict(collector: RunCollector, name: str, candidates: Sequence[str],
     errors = sum(1 for f in collector.findings if f.severity == "error" and f.route in (name, *shared))
     failed = sum(1 for o in outcomes if o.outcome in ("failed", "error")
                  and route_of_test(o.nodeid, candidates) in (name, ANY_ROUTE))
-    problems = speculation_problems([s for s in context["speculation"] if s["route"] == name]) + baseline_problems(
-        baseline_name, context["acceptance"].get(baseline_name))
+    leads, problems = speculation_verdict_parts(collector, context, baseline_name=baseline_name, route=name)
     gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name, route=name)
     verdict, reason = verdict_of(
         failed=failed, bug_findings=sum(1 for f in collector.findings if f.severity == "bug" and f.route == name),
-        error_findings=errors, not_verified=0, complete=complete, problems=problems, gaps=gaps)
+        error_findings=errors, not_verified=0, complete=complete, problems=problems, gaps=gaps, speculation=leads)
     return {"verdict": verdict, "reason": reason, "gaps": [g.as_dict() for g in gaps]}
 
 

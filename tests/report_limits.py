@@ -1,5 +1,6 @@
 """What a run folder must keep, whatever it found: summary.md under 20,000 characters, one issue file per finding
-cluster under 60,000 that quotes its repro script and curl lines whole, a repro for every bug and error cluster.
+cluster under 60,000 that quotes its repro script and curl lines whole (or, when they do not fit, names them by
+their paths, as issues.py says), a repro for every bug and error cluster.
 
 `pooled_report_problems` renders one report that pools the findings of several run folders (the mutation
 table's: every cluster kind it produces, 50 findings and more), the "run with 50 findings" a nightly job meets.
@@ -37,7 +38,8 @@ def folder_problems(run_dir: Path, report: dict, summary: str) -> list[str]:
         if not cluster.get("repro") and cluster["severity"] in NEEDS_REPRO:
             problems.append(f"{name}: a {cluster['severity']} cluster without a repro script: {cluster['title'][:200]}")
         for path in cluster.get("repro") or []:
-            left_out = path.endswith(".sh") and f"curl lines: `{path}` in the run folder (left out here to fit" in text
+            left_out = (f"curl lines: `{path}` in the run folder (left out here to fit" in text if path.endswith(".sh")
+                        else f"`{path}` in the run folder, " in text and "attached, not quoted" in text)
             if (run_dir / path).read_text() not in text and not left_out:
                 problems.append(f"{name}: {issue.name} does not quote {path} as written")
     return problems

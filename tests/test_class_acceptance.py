@@ -27,7 +27,7 @@ from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.session import RouteHandle
 from spec_route_suite.servers.inprocess import serve_in_thread
-from spec_route_suite.reports.by_class import class_gaps, class_report
+from spec_route_suite.reports.by_class import class_gaps, class_problems, class_report
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 24
@@ -80,15 +80,16 @@ def test_a_class_where_every_draft_is_rejected_is_named_and_the_correct_engine_p
         by = {c.category: c for c in profile}
         assert by["short"].mean_acceptance_length > 2.0 and by["short"].accepted_per_pos[0] > 0
         answers[name] = [route.generate(r).token_ids for r in bench.groups[("traffic", "long")]]
-        gaps = class_gaps(_report(name, profile))
+        named = class_gaps(_report(name, profile)) + class_problems(_report(name, profile))
         if name == "correct":
-            assert by["long"].mean_acceptance_length > 1.5 and gaps == []
+            assert by["long"].mean_acceptance_length > 1.5 and named == []
         else:
             assert by["long"].accepted == 0 and by["long"].draft_tokens >= 16
             assert by["long"].mean_acceptance_length == 1.0
-            assert gaps == [f"speculation does nothing on prompt class `traffic/long` of `collapsed` "
-                            f"({by['long'].draft_tokens} drafted tokens, none accepted, while other classes "
-                            f"accept): its checks exercised the target alone"]
+            assert named == [f"speculation ran but accepted nothing on prompt class `traffic/long` of `collapsed` "
+                             f"({by['long'].draft_tokens} drafted tokens, none accepted, while other classes "
+                             f"accept): its accept path never ran there, so its checks on that class exercised "
+                             f"the target alone"]
         route.close()
     assert answers["collapsed"] == answers["correct"], "the planted collapse is lossless: only acceptance moves"
 
@@ -130,6 +131,6 @@ def test_a_metrics_only_server_is_deferred_to_the_controller(traffic, tmp_path):
         assert by["long"]["accepted"] == 0 and by["long"]["method"] != NONE
         (covered,) = collector.measurements["coverage"]
         assert covered["verified"] and covered["test_id"].endswith("[candidate]")
-        assert "traffic/long" in class_gaps(class_report(collector.measurements))[0]
+        assert "traffic/long" in class_problems(class_report(collector.measurements))[0]
     finally:
         stop()

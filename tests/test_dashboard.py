@@ -34,10 +34,12 @@ PLANTED = [
     ("features", "min_tokens", "beta", "passed", dict(verified=True, ran={"requests": 1})),
     ("prefix-cache", "", "alpha", "passed", dict(verified=False, applicable=False, reason="no prefix cache")),
     ("prefix-cache", "", "beta", "passed", dict(verified=False, applicable=False, reason="no prefix cache")),
+    ("chat", "", "alpha", "passed", dict(verified=True, ran={"turns": 2})),
+    ("chat", "", "alpha", "skipped", dict(verified=True)),   # one prompt of two skipped: the part is not verified
 ]
 EXPECTED = {("greedy", "alpha"): "yes", ("greedy", "beta"): "failed", ("streaming", "alpha"): "no",
             ("streaming", "beta"): "yes", ("features", "alpha"): "partly", ("features", "beta"): "yes",
-            ("prefix-cache", "alpha"): "n/a", ("mixing", "beta"): "not run"}
+            ("prefix-cache", "alpha"): "n/a", ("mixing", "beta"): "not run", ("chat", "alpha"): "no"}
 
 
 def planted_run(tmp_path: Path) -> RunCollector:
@@ -70,12 +72,13 @@ def speed_measurement(candidate: str) -> dict:
                         {"concurrency": 8, "throughput_x": 1.4, "decode_x": 1.0, "ttft_x": 1.0}]}
 
 
-def dom_cells(dom: str) -> dict[tuple[str, str], tuple[str, str]]:
-    """(family, route) -> (status, reason) of every matrix cell in the rendered DOM."""
+def dom_cells(dom: str) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """(family, route) -> (status, reason, instances) of every matrix cell in the rendered DOM."""
     cells = {}
     for tag in re.findall(r"<td [^>]*class=\"cell[^>]*>", dom):
         attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', tag))
-        cells[(attrs["data-family"], attrs["data-route"])] = (attrs["data-status"], attrs["title"])
+        cells[(attrs["data-family"], attrs["data-route"])] = (attrs["data-status"], attrs["title"],
+                                                              attrs["data-instances"])
     return cells
 
 
@@ -90,12 +93,15 @@ def test_dashboard_matrix_matches_report_json_and_renders(tmp_path):
     for (family, route), status in EXPECTED.items():
         assert matrix[family][route]["status"] == status, (family, route, matrix[family][route])
     assert "refused min_tokens" in matrix["features"]["alpha"]["why"]
+    assert matrix["chat"]["alpha"]["instances"] == "1 of 2 instances verified"
+    assert matrix["greedy"]["alpha"]["instances"] == "1 of 1 instances verified"
 
     html = collector.run_dir / "report.html"
     dom = chromium(html, "--dump-dom")
     cells = dom_cells(dom.stdout)
-    expected = {(f, r): (c["status"], c["why"]) for f, row in matrix.items() for r, c in row.items()}
-    assert {k: (s, unescape(w)) for k, (s, w) in cells.items()} == expected, dom.stderr[-2000:]
+    expected = {(f, r): (c["status"], c["why"], c["instances"]) for f, row in matrix.items() for r, c in row.items()}
+    assert {k: (s, unescape(w), unescape(n)) for k, (s, w, n) in cells.items()} == expected, dom.stderr[-2000:]
+    assert "no (1 of 2 instances verified)" in dom.stdout
     assert "acceptance rate by draft position" in dom.stdout and "speed gate: throughput speedup" in dom.stdout
     assert "3.00x throughput at c=1 fading to 1.40x at c=8" in dom.stdout
 

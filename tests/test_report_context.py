@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec_route_suite.routes.base import AcceptanceSnapshot
-from spec_route_suite.reports.acceptance import DID_NOT_RUN, MISSING, RAN, UNKNOWN, speculation_status
+from spec_route_suite.reports.acceptance import ACCEPTED_NOTHING, DID_NOT_RUN, MISSING, RAN, UNKNOWN, speculation_status
 from spec_route_suite.routes.acceptance import acceptance_profile
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import FAMILIES, CoverageRecord
@@ -119,3 +119,98 @@ def test_server_memory_gauges_are_read_from_metrics_text():
             'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25\nnot a sample\n')
     assert _gauges(text) == {"resident_memory_mib": 3051.8, "kv_cache_usage": 0.25}
     assert _gauges("vllm:num_requests_running 0.0\n") == {}
+
+
+# ---------------------------------------------------------------- accepted nothing (issue #34 items 3 and 12)
+
+IDLE = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []}
+REJECTED = {"drafts": 10, "draft_tokens": 40, "accepted": 0, "accepted_per_pos": [0, 0, 0, 0]}
+ACCEPTED = {"drafts": 10, "draft_tokens": 40, "accepted": 20, "accepted_per_pos": [8, 6, 4, 2]}
+
+
+def test_speculation_that_drafts_but_accepts_nothing_waits(tmp_path):
+    """40 drafted tokens, none accepted: the accept path never ran, every answer was the target's own. It read
+    "ran" (drafts > 0) and the run adopted; now "accepted nothing", wait, said first. One accepted token adopts."""
+    report = build_run_report(_collector(tmp_path, candidate_kind="hf", workers=[_worker(REJECTED)]))
+    assert report["acceptance"]["candidate"]["speculation_ran"] is False
+    assert report["acceptance"]["candidate"]["drafted"] is True
+    assert report["speculation"][0]["status"] == ACCEPTED_NOTHING
+    assert report["verdict"] == "wait"
+    assert report["verdict_reason"].startswith("speculation ran but accepted nothing on `candidate` (10 drafts, 40 "
+                                               "drafted tokens, none accepted)"), report["verdict_reason"]
+    assert "| `candidate` | accepted nothing |" in render_summary(report)
+    report = build_run_report(_collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)]))
+    assert report["speculation"][0]["status"] == RAN and report["verdict"] == "adopt", report["verdict_reason"]
+
+
+def _class(category: str, draft_tokens: int, accepted: int) -> dict:
+    return {"source": "traffic", "category": category, "answers": 3, "tokens": 72, "method": "per-answer counters",
+            "drafts": draft_tokens // 4, "draft_tokens": draft_tokens, "accepted": accepted,
+            "accepted_per_pos": [], "why": ""}
+
+
+def test_every_class_that_accepted_nothing_is_named_even_when_no_class_accepted(tmp_path):
+    """Class phases where no class accepted a draft (a total collapse) named no class, since a class was named
+    only beside another that accepts, and the run adopted on the route's other traffic; now each class is named
+    and the route waits. One class collapsed beside one that accepts is named too; all classes accepting, none."""
+    def run(classes):
+        collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
+        collector.measurements["class_acceptance"] = [{"test_id": "t::class-acceptance", "route": "candidate",
+                                                       "measured_by": "in the test", "classes": classes}]
+        return build_run_report(collector)
+    report = run([_class("short", 40, 0), _class("long", 48, 0)])
+    assert report["verdict"] == "wait", report["verdict_reason"]
+    for category, tokens in (("short", 40), ("long", 48)):
+        assert (f"speculation ran but accepted nothing on prompt class `traffic/{category}` of `candidate` ({tokens} "
+                f"drafted tokens, none accepted, nor on any other class)") in report["verdict_reason"]
+    report = run([_class("short", 40, 25), _class("long", 48, 0)])
+    assert report["verdict"] == "wait" and "`traffic/long` of `candidate` (48 drafted tokens, none accepted, while " \
+                                           "other classes accept)" in report["verdict_reason"]
+    assert "traffic/short" not in report["verdict_reason"]
+    assert run([_class("short", 40, 25), _class("long", 48, 30)])["verdict"] == "adopt"
+
+
+def test_a_route_whose_speculation_did_not_run_says_so_before_its_findings(tmp_path):
+    """A candidate with a correctness finding whose speculation did not run: the reason named the finding only,
+    and the user went after a speculation bug on a route that never speculated. It still reads avoid (the answers
+    are wrong), but "speculation did not run" comes first; the same for accepted nothing."""
+    from spec_route_suite.reports.findings import Finding
+    bug = Finding(check="greedy", severity="bug", route="candidate", prompt_id="p", title="diverges", uid="w-1")
+    for counters, lead in ((IDLE, "speculation did not run on `candidate`"),
+                           (REJECTED, "speculation ran but accepted nothing on `candidate`")):
+        collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(counters)])
+        collector.findings = [bug]
+        collector.worker_states[0]["findings_recorded"] = 1
+        report = build_run_report(collector)
+        for reason in (report["verdict_reason"], report["route_verdicts"]["candidate"]["reason"]):
+            assert reason.startswith(lead) and reason.endswith("1 correctness finding(s) against the candidate"), reason
+        assert report["verdict"] == "avoid"
+    collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
+    collector.findings = [bug]
+    collector.worker_states[0]["findings_recorded"] = 1
+    assert build_run_report(collector)["verdict_reason"] == "1 correctness finding(s) against the candidate"
+
+
+def test_a_planted_total_collapse_and_a_plain_route_with_a_divergence_say_so_first(tmp_path):
+    """Run for real. The reference engine with collapse_long_prompts on long prompts only drafts 4 tokens a step
+    and accepts none: "accepted nothing" first, its class named, wait (it read "ran" and pilot); the correct engine
+    on the same prompts ran. The target alone (no draft) with a planted greedy divergence: avoid, and the reason
+    starts with "speculation did not run" (it named the finding only)."""
+    from tests.mutation import run_route_suite
+    args = ["--categories", "long"]
+    collapsed = run_route_suite("reference:?fault=collapse_long_prompts", args, tmp_path / "collapsed",
+                                paths=["equivalence/test_class_acceptance.py"])
+    assert collapsed.exit_code == 0, collapsed.output_tail
+    report = collapsed.report
+    assert report["speculation"][0]["status"] == ACCEPTED_NOTHING and report["verdict"] == "wait"
+    assert report["verdict_reason"].startswith("speculation ran but accepted nothing on `candidate`")
+    assert "on prompt class `fixture/long` of `candidate`" in report["verdict_reason"]
+    correct = run_route_suite("reference:", args, tmp_path / "correct", paths=["equivalence/test_class_acceptance.py"])
+    assert correct.report["speculation"][0]["status"] == RAN and correct.report["verdict"] == "pilot"
+    assert "accepted nothing" not in correct.report["verdict_reason"]
+    target = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "target"
+    plain = run_route_suite(f"hf:{target}?plant=divergence@3", ["--categories", "math", "--prompt-limit", "1"],
+                            tmp_path / "plain", paths=["equivalence/test_greedy.py"])
+    report = plain.report
+    assert report["speculation"][0]["status"] == DID_NOT_RUN and report["verdict"] == "avoid", plain.output_tail
+    assert report["verdict_reason"].startswith("speculation did not run on `candidate`"), report["verdict_reason"]

@@ -107,8 +107,41 @@ def test_compare_lists_new_fixed_and_still_failing():
 def test_renderers_agree_on_counts(tmp_path):
     collector = make_collector(tmp_path, findings=[], outcomes=[CheckOutcome("a::b", "greedy", "passed", 0.1)])
     report = build_run_report(collector)
-    assert "| greedy | no |" in render_summary(report)
-    assert "1 test(s) passed but recorded no evidence" in report["matrix"]["greedy"]["candidate"]["why"]
+    assert "| greedy | no (0 of 1 instances verified) |" in render_summary(report)
+    assert ("test(s) passed but recorded no evidence of what they compared — 0 of 1 instances verified"
+            in report["matrix"]["greedy"]["candidate"]["why"])
     assert report["verdict"] == "pilot" and "not run: near-tie, logprobs" in report["verdict_reason"]
     assert 'tests="1"' in render_junit(report) and "PILOT" in render_html(report)
-    assert "<td>greedy</td><td>(all)</td><td>1 test(s)</td>" in render_html(report)
+    assert "<td>greedy</td><td>(all)</td><td>0 of 1 instances verified</td><td>1 test(s)</td>" in render_html(report)
+
+
+def test_an_issue_file_stays_under_its_bound_with_a_very_long_user_prompt(tmp_path):
+    """A user's 150,000-character chat prompt is in every request the repro resends: the script alone is longer
+    than one issue holds. The issue file stays under 60,000 characters, names the script by its path and quotes
+    its start; the script itself is written whole (a short prompt's issue still quotes it whole, above)."""
+    from tests.report_limits import run_folder_problems
+    long_text = "".join(f"Ticket {i}: the customer reports that the export stalls at step {i % 7}. " for i in range(2500))
+    assert len(long_text) > 150_000
+    req = Request(prompt_ids=tuple(range(1, 20_001)), max_tokens=8, request_id="greedy-long-00",
+                  messages=(("user", long_text),))
+    finding = Finding(check="greedy", severity="bug", title="diverges at 5 of prompt user-long-00", route="candidate",
+                      prompt_id="user-long-00", test_id="equivalence/test_greedy.py::test_x[user-long-00]", uid="w0-1",
+                      details={"diff": "- a\n+ b", "divergence": {"position": 5},
+                               "repro": parity_repro([req], candidate=served("candidate"), baseline=served("baseline"))})
+    collector = make_collector(tmp_path, findings=[finding], outcomes=[
+        CheckOutcome(finding.test_id, "greedy", "failed", 0.5, "diverges")])
+    report = write_run_folder(collector)
+    (issue_name,) = report["issue_files"]
+    issue = (collector.run_dir / issue_name).read_text()
+    script = (collector.run_dir / report["clusters"][0]["repro"][0]).read_text()
+    assert len(script) > 60_000 and long_text[:2000] in script, "the script resends the whole prompt"
+    assert len(issue) < 60_000, len(issue)
+    assert f"`{report['clusters'][0]['repro'][0]}` in the run folder, {len(script):,} characters" in issue
+    assert "attached, not quoted" in issue and script.splitlines()[0] in issue and "- a\n+ b" in issue
+    assert run_folder_problems(collector.run_dir) == []
+    # whatever else a run makes long (here an 80,000-character server command line), the bound holds
+    collector = make_collector(tmp_path / "long-command", findings=[greedy_finding()], outcomes=[])
+    collector.server_launch = {"candidate": {"command": ["llama-server", "--lora " * 10_000]}}
+    report = write_run_folder(collector)
+    issue = (collector.run_dir / report["issue_files"][0]).read_text()
+    assert len(issue) < 60_000 and issue.rstrip().endswith("see report.json and repro/ in the run folder)")

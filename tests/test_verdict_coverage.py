@@ -26,6 +26,7 @@ from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.render_markdown import render_summary
 from spec_route_suite.reports.run_report import build_run_report
+from spec_route_suite.reports.writer import write_run_folder
 from spec_route_suite.stressors.coverage import LoadWitness, lifetime_overlap
 from spec_route_suite.stressors.driver import burst, drive_handle, plan
 from tests.test_greedy_routes import handle, hf_route, reference_route
@@ -148,7 +149,7 @@ def test_a_refused_feature_is_listed_not_supported_never_a_pass(tmp_path):
     assert (row["part"], row["status"]) == ("n", "not supported by this route") and "HTTP 400" in row["why"]
     assert report["verdict"] == "pilot" and "features: n not supported by this route" in report["verdict_reason"]
     summary = render_summary(report)
-    assert "| features | not supported |" in summary and "- **not supported by this route**: features: n (" in summary
+    assert "| features | not supported (0 of 1 instances verified) |" in summary and "- **not supported by this route**: features: n (" in summary
 
 
 def test_each_feature_is_its_own_row_and_must_be_covered_on_its_own(tmp_path):
@@ -572,3 +573,108 @@ def test_a_crashed_measurement_test_is_a_failed_test_not_silence(tmp_path):
     assert built["verdict"] == "wait" and "1 failed check(s)" in built["verdict_reason"]
     assert built["route_verdicts"]["candidate"]["verdict"] == "wait"
     assert "1 failed check(s)" in render_summary(built)
+
+
+# ---------------------------------------------------------------- k of n instances (issue #34 item 2)
+
+def _instances_run(tmp_path: Path, family: str, instances: list[tuple[str, str, str, CoverageRecord | None]]):
+    """A run where every family but `family` is verified, and `family` has the given instances on the candidate:
+    (nodeid, function, outcome, record) each, all planned (collected) before they ran."""
+    run = collector(tmp_path)
+    run.outcomes = {k: v for k, v in run.outcomes.items() if v.check != family}
+    run.measurements["coverage"] = [m for m in run.measurements["coverage"] if m["check"] != family]
+    for nodeid, function, outcome, record in instances:
+        run.worker_state.planned[nodeid] = {"check": family, "function": function, "qualifier": ""}
+        run.outcomes[nodeid] = CheckOutcome(nodeid, family, outcome, 0.1,
+                                            reason="not verified: the server rendered no chat template for this "
+                                                   "prompt" if outcome == "skipped" else "")
+        if record is not None:
+            run.measurements["coverage"].append({**record.as_measurement(), "test_id": nodeid})
+    return run
+
+
+def test_one_passing_prompt_does_not_verify_a_part_whose_other_prompts_skipped(tmp_path):
+    """Chat: 1 prompt passed with evidence, 2 skipped. It read "verified" (instances were pooled); it is "not
+    verified, 1 of 3 instances verified" in report.json, summary.md and report.html, and the run reads pilot. The
+    same three prompts all passing verify it (3 of 3) and adopt."""
+    def prompts(outcomes):
+        return [(f"t::test_chat_parity[candidate-chat-0{i}]", "test_chat_parity", outcome,
+                 CoverageRecord("chat", "candidate", True, ran={"turns compared": 2}) if outcome == "passed" else None)
+                for i, outcome in enumerate(outcomes)]
+    run = _instances_run(tmp_path, "chat", prompts(["passed", "skipped", "skipped"]))
+    report = write_run_folder(run)
+    (row,) = [r for r in report["coverage"] if r["check"] == "chat"]
+    assert row["status"] == "not verified" and (row["instances"], row["verified_instances"]) == (3, 1), row
+    assert row["why"] == "skipped: the server rendered no chat template for this prompt (x2) — 1 of 3 instances verified"
+    assert report["verdict"] == "pilot" and f"chat not verified (candidate: {row['why']})" in report["verdict_reason"]
+    assert report["matrix"]["chat"]["candidate"]["instances"] == "1 of 3 instances verified"
+    assert "| chat | no (1 of 3 instances verified) |" in (run.run_dir / "summary.md").read_text()
+    assert "<td>chat</td><td>candidate</td><td>1 of 3 instances verified</td>" in (run.run_dir / "report.html").read_text()
+    report = build_run_report(_instances_run(tmp_path, "chat", prompts(["passed", "passed", "passed"])))
+    (row,) = [r for r in report["coverage"] if r["check"] == "chat"]
+    assert row["status"] == "verified" and row["why"] == "3 of 3 instances verified" and report["verdict"] == "adopt"
+
+
+def test_two_detectors_sharing_a_part_name_verify_it_only_when_both_ran(tmp_path):
+    """logit_bias ban and boost both state part "logit_bias": the ban passed, the boost skipped. The part read
+    verified on the ban alone; now it is 1 of 2 instances, and both passing verify it."""
+    def bias(boost: str):
+        return [(f"t::test_logit_bias_acts_and_matches[candidate-{d}]", "test_logit_bias_acts_and_matches", outcome,
+                 CoverageRecord("features", "candidate", True, part="logit_bias",
+                                ran={"requests": 1} if outcome == "passed" else {}))
+                for d, outcome in (("ban", "passed"), ("boost", boost))]
+    report = build_run_report(_instances_run(tmp_path, "features", bias("skipped")))
+    rows = {r["part"]: r for r in report["coverage"] if r["check"] == "features"}
+    assert set(rows) == {"logit_bias"} and rows["logit_bias"]["status"] == "not verified", rows
+    assert rows["logit_bias"]["why"].startswith("skipped: ")
+    assert rows["logit_bias"]["why"].endswith(" — 1 of 2 instances verified")
+    assert report["verdict"] == "pilot" and "features: logit_bias not verified" in report["verdict_reason"]
+    both = build_run_report(_instances_run(tmp_path, "features", bias("passed")))
+    assert [r["status"] for r in both["coverage"] if r["check"] == "features"] == ["verified"]
+    assert both["verdict"] == "adopt", both["verdict_reason"]
+
+
+def test_an_instance_the_engine_rules_out_does_not_excuse_a_blind_one(tmp_path):
+    """Not applicable is counted apart: beside verified instances the part is verified (k of k, m n/a); beside an
+    instance that could not detect anything it is not verified (an n/a record used to make the whole row n/a)."""
+    na = CoverageRecord("prefix-cache", "candidate", False, applicable=False, reason="the engine has no prefix cache")
+    seen = CoverageRecord("prefix-cache", "candidate", True, ran={"requests": 4})
+    blind = CoverageRecord("prefix-cache", "candidate", False, ran={"requests": 4}, reason="zero prefix-cache hits")
+    def run(second):
+        return build_run_report(_instances_run(tmp_path, "prefix-cache", [
+            ("t::test_prefix[candidate-a]", "test_prefix", "passed", na),
+            ("t::test_prefix[candidate-b]", "test_prefix", "passed", second)]))
+    report = run(seen)
+    (row,) = [r for r in report["coverage"] if r["check"] == "prefix-cache"]
+    assert row["status"] == "verified" and row["why"].startswith("1 of 1 instances verified, 1 not applicable")
+    assert report["verdict"] == "adopt"
+    report = run(blind)
+    (row,) = [r for r in report["coverage"] if r["check"] == "prefix-cache"]
+    assert row["status"] == "not verified" and "zero prefix-cache hits" in row["why"] and report["verdict"] == "pilot"
+
+
+def test_a_baseline_without_prompt_logprobs_leaves_features_n_not_verified(tmp_path):
+    """The issue's llama.cpp /v1 case, run for real: the baseline is served like llama.cpp's OpenAI endpoint (ids
+    only in logprobs, prompt_logprobs refused with HTTP 400), so the sampled-n detector cannot score and skips,
+    while the greedy-n test passes. Both state part "n": the row is "1 of 2 instances verified", not verified (it
+    read verified). The same tests against a baseline that scores verify it, 2 of 2."""
+    from spec_route_suite.fixtures.models import TARGET_DIR
+    from spec_route_suite.servers.inprocess import serve_in_thread
+    from tests.mutation import run_route_suite
+
+    def n_row(baseline: str, folder: str) -> dict:
+        result = run_route_suite("reference:", ["-k", "test_n_"], tmp_path / folder, baseline_uri=baseline,
+                                 paths=["equivalence/test_features.py"])
+        assert result.exit_code == 0, result.output_tail
+        (row,) = [r for r in result.report["coverage"] if (r["check"], r["part"]) == ("features", "n")]
+        return row
+    url, stop = serve_in_thread(f"hf:{TARGET_DIR}", model_name="tiny", token_ids="logprobs")
+    try:
+        row = n_row(f"openai:{url}?model=tiny&tokenizer={TARGET_DIR}", "no-scores")
+    finally:
+        stop()
+    assert row["status"] == "not verified" and (row["instances"], row["verified_instances"]) == (2, 1), row
+    assert row["why"].startswith("skipped: ") and "prompt_logprobs" in row["why"]
+    assert row["why"].endswith(" — 1 of 2 instances verified")
+    row = n_row(f"hf:{TARGET_DIR}", "scores")
+    assert row["status"] == "verified" and row["why"] == "2 of 2 instances verified", row

@@ -1,5 +1,6 @@
 """An engine's acceptance counters as a profile: mean acceptance length, acceptance by draft position, and the
 counters' own invariants (per-position counts that add up to the accepted total and never grow with position).
+`speculation_ran` means a drafted token was accepted (the accept path ran), `drafted` only that drafts were made.
 
 Computed where the counters are read: the managed servers' before/after difference, the in-process engines'
 counters summed over workers; reports/acceptance.py judges from it whether speculation really ran.
@@ -34,7 +35,9 @@ def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_t
         "mean_acceptance_length": round(1 + snapshot.accepted / drafts, 4) if drafts else None,
         "draft_acceptance_rate": round(snapshot.accepted / snapshot.draft_tokens, 4) if snapshot.draft_tokens else None,
         "per_position_acceptance_rate": [round(a / drafts, 4) for a in per_pos] if drafts else [],
-        "speculation_ran": drafts > 0,
+        "drafted": drafts > 0,
+        # its accept path ran: a route that drafts and accepts nothing answers with the target's tokens alone
+        "speculation_ran": drafts > 0 and snapshot.accepted > 0,
         "invariants": invariants,
         "invariants_hold": all(v is not False for v in invariants.values()),
         "source": source or "server /metrics, controller before/after difference",
