@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 from hypothesis import example, given, settings, strategies as st
 
-from spec_route_suite.plugin import FindingSink
+from spec_route_suite.fixtures.route_fixtures import FindingSink
 from spec_route_suite.reports.collector import CHECK_PROPERTY, RunCollector
 from spec_route_suite.reports.coverage import FAMILIES
 from spec_route_suite.reports.findings import Finding
