@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-COLUMNS = ("c", "TTFT p50 / p95 (ms)", "ITL p50 / p95 (ms)", "decode tok/s", "throughput tok/s", "speedup",
-           "load avg")
+COLUMNS = ("c", "TTFT p50 / p95 (ms)", "ITL p50 / p95 (ms)", "decode tok/s", "throughput tok/s", "acceptance length",
+           "speedup", "load avg")
 
 
 def speed_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -54,6 +54,12 @@ def _decode(row: dict[str, Any]) -> str:
                                             if buffered else "")
 
 
+def _acceptance(row: dict[str, Any]) -> str:
+    """Mean acceptance length of the level's answers (their own counters), or why there is none."""
+    value = row.get("acceptance_length")
+    return f"{value:.2f} ({row.get('acceptance_answers')} answers)" if isinstance(value, (int, float)) else "-"
+
+
 def speed_table(measurement: dict[str, Any]) -> list[str]:
     """Markdown: one row per level and route (baseline, then candidate with its speedup)."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -67,7 +73,7 @@ def speed_table(measurement: dict[str, Any]) -> list[str]:
             load = row.get("load_avg_1m") or []
             lines.append(f"| {label} | {_ms(row.get('ttft_p50_s'))} / {_ms(row.get('ttft_p95_s'))} | "
                          f"{_ms(row.get('itl_p50_s'))} / {_ms(row.get('itl_p95_s'))} | {_decode(row)} | "
-                         f"{_num(row.get('throughput_tok_s'))} | {speedup} | "
+                         f"{_num(row.get('throughput_tok_s'))} | {_acceptance(row)} | {speedup} | "
                          f"{'-'.join(f'{x:g}' for x in load) or 'n/a'} |")
     return lines
 

@@ -5,8 +5,10 @@ loads it will see: speculation that gives 3x at one request in flight may give n
 streams the same fixed workload (SPEED_PROMPTS greedy prompts, SPEED_TOKENS tokens each) through the load
 driver at each concurrency level (1 and the run's --concurrency levels, capped at the slots a server states):
 time to first token and inter-token latency (p50, p95) from the arrival times of the streamed pieces, decode
-tokens/s per request, and throughput (output tokens per second of the level's wall time). CPUs are shared and
-noisy: every level records the machine's 1-minute load average before and after it.
+tokens/s per request, throughput (output tokens per second of the level's wall time), and the mean acceptance
+length of the level's answers from their own draft counters, where the engine states them per answer (a drafter
+that accepts well alone and collapses with several sequences in flight, llama.cpp#27117, shows here). CPUs are
+shared and noisy: every level records the machine's 1-minute load average before and after it.
 Environment: none (os.getloadavg is read, not configured).
 """
 from __future__ import annotations
@@ -79,7 +81,10 @@ def summarize(run: LoadRun) -> dict[str, Any]:
             ttft.append(waited)
             if n and waited > 0:
                 decode.append(n / waited)
+    stated = [o.completion for o in run.completed if o.completion.draft_steps]
+    steps, accepted = sum(c.draft_steps for c in stated), sum(c.accepted_tokens or 0 for c in stated)
     return {"concurrency": run.concurrency, "requests": len(run.outcomes), "completed": len(run.completed),
+            "acceptance_length": round(1 + accepted / steps, 3) if steps else None, "acceptance_answers": len(stated),
             "streamed": streamed, "buffered": buffered, "output_tokens": tokens, "wall_s": round(run.wall_s, 4),
             "ttft_p50_s": _pct(ttft, 0.5), "ttft_p95_s": _pct(ttft, 0.95),
             "itl_p50_s": _pct(itl, 0.5), "itl_p95_s": _pct(itl, 0.95),

@@ -37,3 +37,18 @@ def test_a_stream_that_came_at_once_gets_the_whole_answers_rate_and_no_gaps():
     table = "\n".join(speed_table({"rows": {"baseline": [{**row, "concurrency": 1}],
                                             "candidate": [{**row, "concurrency": 1}]}, "speedup": []}))
     assert "40 (1 of 1 streams came at once)" in table
+
+
+def test_each_level_states_the_acceptance_of_its_own_answers():
+    """1 + accepted / steps over the answers that state their drafting (llama.cpp timings); none: not stated."""
+    def drafted(name: str, steps: int, accepted: int) -> Outcome:
+        plain = _outcome(name, (0.1, 0.2), wait_s=0.3)
+        return Outcome(**{**plain.__dict__, "completion": Completion(
+            **{**plain.completion.__dict__, "draft_tokens": 7 * steps, "accepted_tokens": accepted,
+               "draft_steps": steps})})
+    row = summarize(_run(drafted("a", 4, 8), drafted("b", 6, 2), _outcome("c", (0.1,), wait_s=0.2)))
+    assert row["acceptance_length"] == 2.0 and row["acceptance_answers"] == 2
+    assert summarize(_run(_outcome("d", (0.1,), wait_s=0.2)))["acceptance_length"] is None
+    table = "\n".join(speed_table({"rows": {"baseline": [{**row, "concurrency": 1}],
+                                             "candidate": [{**row, "concurrency": 1}]}, "speedup": []}))
+    assert "2.00 (2 answers)" in table
