@@ -106,9 +106,10 @@ def _lp_gap(a, b, limit):
 
 
 def _lacks_logprobs(a):
-    """No logprobs, or fewer entries than the answer's tokens (its ids, else its usage.completion_tokens)."""
-    count = len(a["ids"]) if a.get("ids") is not None else a.get("usage")
-    return not a.get("logprobs") or (isinstance(count, int) and len(a["logprobs"]) < count)
+    """No logprobs, or fewer entries than the answer's tokens: its ids, else its usage.completion_tokens less one
+    (a server may bill a final EOS or stop token that it gives no entry: llama.cpp's /v1 streams)."""
+    count = len(a["ids"]) if a.get("ids") is not None else (a["usage"] - 1 if isinstance(a.get("usage"), int) else None)
+    return not a.get("logprobs") or (count is not None and len(a["logprobs"]) < count)
 
 
 async def judge_logprobs(case, cand, base, attempts):
