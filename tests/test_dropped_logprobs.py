@@ -185,3 +185,29 @@ def test_a_stream_dropping_logprob_entries_only_on_the_candidate_fails(served):
     (finding,) = [f for f in found if f.severity == "bug"]
     assert finding.check == "streaming" and finding.details["rule"] == "ids"
     assert finding.details["repro"]["case"]["mode"] == "missing"
+
+
+class TextKeyed(RouteWrapper):
+    """A route whose adapter finds, on an answer, that its server cannot give comparable logprobs at all (keyed by
+    text): it turns its logprobs capability off and raises, as the OpenAI adapter does."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.caps = inner.capabilities
+
+    @property
+    def capabilities(self):
+        return self.caps
+
+    async def generate(self, req: Request) -> Completion:
+        if req.logprobs is None:
+            return await self.inner.generate(req)
+        self.caps = replace(self.caps, logprobs=0)
+        raise CapabilityMissing("logprobs", route=self.name, why="top_logprobs key 'a' maps to 2 token ids")
+
+
+def test_a_route_that_cannot_give_comparable_logprobs_is_not_verified_not_a_finding(engines):
+    """A route-wide inability (the adapter turned the capability off) is no dropped answer: not verified."""
+    outcome, message, sink = run_logprobs(prompts(("math",), 1)[0], handle(TextKeyed(engines["correct"]), "candidate"),
+                                          handle(hf_route("baseline", False), "baseline"))
+    assert outcome == "skipped" and "lacks comparable logprobs" in message and sink.items == [], (outcome, message)
