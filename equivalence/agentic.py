@@ -24,9 +24,9 @@ import pytest
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.fixtures.models import tools
-from spec_route_suite.routes.chat import as_openai, chat_request
+from spec_route_suite.routes.chat import ChatRenderError, as_openai, chat_request
 from spec_route_suite.routes.base import Completion, Request
-from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported, RouteHTTPError
+from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported, RouteError, RouteHTTPError
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 
@@ -118,31 +118,73 @@ class Evidence:
                        part=part)
 
 
-NO_TOOLS = ("not applicable: the model's chat template renders no tools (no request can offer it one, so no tool "
-            "call reaches the server's parsers)")
+NO_TOOLS = ("not applicable: every route's engine renders a chat request the same with and without tools (its chat "
+            "template takes no tools, so no tool call can reach the server's parsers)")
 
 
 def cover_lacking(findings, candidate: str, *, part: str, reason: str) -> None:
-    """The coverage row of a part that could not run: "not applicable" for a model that is never offered tools
+    """The coverage row of a part that could not run: "not applicable" when the engines themselves render no tools
     (like a prefix-cache check on an engine without one), "not verified" for anything else."""
     findings.cover(CHECK, candidate, verified=False, applicable=reason != NO_TOOLS, part=part,
                    could_detect=COULD_DETECT, reason=reason)
 
 
 def lacking(tokenizer: Any, *handles: Any) -> str | None:
-    """Why the agentic shape cannot run on these routes (None when it can): a route without chat, or a chat
-    template that renders no tools (the model is never offered one; nothing is sent then)."""
+    """Why the agentic shape cannot run on these routes (None when it can): a route without chat; engines that all
+    render no tools (NO_TOOLS, decided by each engine's own count of one question with and without a tool, never by
+    the suite's local template); an engine that cannot say whether it does, or cannot render the question."""
     for handle in handles:
         if not handle.capabilities.chat:
             why = handle.route.chat_unsupported_why or "the route declares no chat capability"
             return f"not verified: route '{handle.name}' lacks chat ({why})"
-    if getattr(tokenizer, "chat_template", None):
-        question = [{"role": "user", "content": "Hi."}]
-        offered = [tools.TOOLS["get_weather"].definition]
-        if chat_request(tokenizer, question, max_tokens=1, request_id="", tools=offered).prompt_ids == \
-                chat_request(tokenizer, question, max_tokens=1, request_id="").prompt_ids:
-            return NO_TOOLS
-    return None
+    question = [{"role": "user", "content": "Hi."}]
+    try:
+        probes = [chat_request(tokenizer, question, max_tokens=1, request_id="agentic-tools-probe", **extra)
+                  for extra in ({"tools": [tools.TOOLS["get_weather"].definition]}, {})]
+    except ChatRenderError as exc:
+        return f"not verified: the suite's tokenizer cannot render a chat question ({exc})"
+    silent = []
+    for handle in handles:
+        try:
+            offered, plain = (handle.rendered_tokens(probe) for probe in probes)
+        except ChatRenderError as exc:
+            return f"not verified: route '{handle.name}' cannot render a chat question with tools ({exc})"
+        except RouteError as exc:
+            return (f"not verified: whether route '{handle.name}' renders tools cannot be told: its server did not "
+                    f"answer a one-token chat request with tools ({exc.describe()[:300]})")
+        if offered is None or plain is None:
+            silent.append(handle.name)
+        elif offered != plain:
+            return None   # this engine offers the model tools: the check can run
+    if silent:
+        return (f"not verified: whether route(s) {', '.join(repr(n) for n in silent)} render tools cannot be told "
+                f"(the server states no prompt token count), and no route's engine showed that it does")
+    return NO_TOOLS
+
+
+UNRENDERED = "cannot be rendered"
+
+
+def sized_request(prompt: Any, *, tokenizer: Any, max_tokens: int, stream: bool, context_fit: Any,
+                  routes: Sequence[Any]) -> tuple[Request | None, str]:
+    """(the parity prompt's request, "") when it can be sent; (None, why) when it cannot: longer than the pair's
+    context as the suite or a route's engine renders it, or a conversation the suite's tokenizer or an engine
+    cannot render at all (a `tool` turn its template does not know: `why` then says UNRENDERED). Never sent,
+    never a harness crash."""
+    try:
+        req = agent_request(tokenizer, prompt.messages, prompt.tools, max_tokens=max_tokens, stream=stream,
+                            request_id=f"agentic-{'stream' if stream else 'plain'}-{prompt.id}")
+        misfit = context_fit.misfit(req, routes)
+    except ChatRenderError as exc:
+        return None, f"{prompt.id} {UNRENDERED} ({exc})"
+    return (None, f"{prompt.id}: {misfit}") if misfit else (req, "")
+
+
+def cover_unrendered(findings, candidate: str, *, part: str, whys: Sequence[str]) -> None:
+    """Prompts a pair or a server cannot render: the part is not verified, naming them and why."""
+    if whys:
+        findings.cover(CHECK, candidate, verified=False, part=part, could_detect=COULD_DETECT,
+                       ran={"prompts not rendered": len(whys)}, reason="not verified: " + "; ".join(whys)[:600])
 
 
 def answer(handle: Any, req: Request, findings, candidate: str, part: str) -> Completion:

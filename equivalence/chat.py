@@ -74,14 +74,9 @@ def chat_shape(record: PromptRecord, tokenizer: Any, fitted_prompts: Any, *, max
     a server applies its own chat template, which may be longer than ours (its count comes from the server, so
     call this inside `chat_path`: a server that refuses chat says so there)."""
     req = chat_request(tokenizer, record.messages, max_tokens=max_tokens, request_id=request_id)
-    if len(fitted_prompts.ids(record, max_tokens=max_tokens)) < len(req.prompt_ids):
-        pytest.skip(f"not verified: chat prompt {record.id} does not fit the routes' context whole")
-    for route in routes:
-        rendered = route.prompt_tokens(req)
-        if rendered is not None and not fitted_prompts.fit.fits(rendered, max_tokens):
-            pytest.skip(f"not verified: chat prompt {record.id} is {rendered} tokens as '{route.name}' renders it "
-                        f"(its server's chat template; {len(req.prompt_ids)} here), more than "
-                        f"{fitted_prompts.fit.describe()} holds with {max_tokens} new tokens")
+    why = fitted_prompts.fit.misfit(req, routes)
+    if why:
+        pytest.skip(f"not verified: chat prompt {record.id} does not fit whole: {why}")
     return req
 
 

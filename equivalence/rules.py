@@ -38,6 +38,7 @@ RULES: dict[str, str] = {
     "min_tokens": "min_tokens (no stop before it)",
     "stream": "stream delivery (at least one event for the tokens it returns)",
     "ids": "token ids on a stream (an id for every token delivered)",
+    "logprob_entries": "logprobs (an entry for every token returned, where the request asks for them)",
     "feature_effect": "the request feature (it was accepted and must change the answer as asked)",
     "response_format": "response_format (every answer that stops is the JSON it asks for)",
 }

@@ -10,7 +10,10 @@ blocks so the first blocks of generation straddle it. This module says what the 
 prompts go; equivalence/test_stated_boundaries.py sends them to both routes.
 
 A stated limit of 0 means the route says it has none (no chunked prefill, a drafter as long as the
-target): the part is "not applicable". A limit nobody states is "not verified" (declare it). The context
+target): the part is "not applicable", as it is for a limit at or past the candidate engine's own context (no
+request reaches it there). A limit inside the candidate's context that the pair's smaller context (a baseline
+with less room) keeps out of reach is "not verified": the engine has it, the sweep cannot compare it. A limit
+nobody states is "not verified" (declare it). The context
 end is always the pair's context: prompts whose prompt + max_tokens end 1 short of it and exactly at it (a
 request one token longer must be refused, so it is never sent).
 Environment: none.
@@ -74,6 +77,14 @@ def stated_limit(kind: str, *, inventory, spec, context: int | None) -> Stated:
     if declared is not None:
         return Stated(kind, declared, "declared in the routes file")
     return Stated(kind, None, f"declare options.{KEYS[kind]} in the routes file")
+
+
+def engine_rules_out(limit: Stated, engine_context: int | None) -> bool:
+    """Does the candidate's engine itself say no request can reach this limit (the part is "not applicable")? It
+    states it has none, or its own context (what it reports or stated in a refusal, not the routes file's
+    max_context) ends before it."""
+    return limit.tokens == 0 or (limit.kind != "context_end" and limit.tokens is not None
+                                 and engine_context is not None and limit.tokens >= engine_context)
 
 
 def plan(limit: Stated, *, k: int, context: int | None) -> tuple[list[EdgeCase], str]:

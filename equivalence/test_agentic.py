@@ -32,10 +32,10 @@ def test_parity(mode, baseline, candidate, tokenizer, context_fit, suite_config,
     evidence, failures, left_out = agentic.Evidence((baseline.name, candidate.name)), [], []
     sent = []   # requests so far: a failing one's repro resends the last few first (the first one: itself, once)
     for prompt in parity_prompts():
-        req = agentic.agent_request(tokenizer, prompt.messages, prompt.tools, max_tokens=max_tokens,
-                                    request_id=f"agentic-{mode}-{prompt.id}", stream=mode == "stream")
-        if not context_fit.fits(len(req.prompt_ids), max_tokens):
-            left_out.append(prompt.id)
+        req, why = agentic.sized_request(prompt, tokenizer=tokenizer, max_tokens=max_tokens, stream=mode == "stream",
+                                         context_fit=context_fit, routes=(baseline, candidate))
+        if req is None:   # too long as the suite or a server renders it, or not renderable at all: never sent
+            left_out.append(why)
             continue
         expected = agentic.answer(baseline, req, findings, candidate.name, part)
         actual = agentic.answer(candidate, req, findings, candidate.name, part)
@@ -49,9 +49,9 @@ def test_parity(mode, baseline, candidate, tokenizer, context_fit, suite_config,
         if failure:
             failures.append(failure)
     if left_out:
-        findings.measure("agentic_left_out", route=candidate.name, prompts=left_out,
-                         why=f"longer than {context_fit.describe()} holds with {max_tokens} new tokens")
+        findings.measure("agentic_left_out", route=candidate.name, prompts=left_out)
     evidence.cover(findings, candidate.name, part=part)
+    agentic.cover_unrendered(findings, candidate.name, part=part, whys=[w for w in left_out if agentic.UNRENDERED in w])
     if failures:
         pytest.fail(f"candidate '{candidate.name}' vs baseline '{baseline.name}':\n  " + "\n  ".join(failures),
                     pytrace=False)

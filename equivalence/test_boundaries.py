@@ -109,11 +109,14 @@ def judge_sweep(variant, source, cases, how, depth, *, baseline, candidate, toke
     if result.text_level:
         findings.measure("comparison", check=check, variant=variant, prompt_id=source.id, route=candidate.name,
                          **level)
-    findings.cover(check, candidate.name, verified=depth.known,
+    # `counts` name what the sweep exists for (stop-string requests): none sent is vacuous, whatever else ran
+    empty = [name for name, n in {"cases": result.cases, **(counts or {})}.items() if not n]
+    vacuous = f"vacuous: 0 {', 0 '.join(empty)} ({how})" if empty else ""
+    findings.cover(check, candidate.name, verified=depth.known and not empty,
                    ran={"chat boundary cases" if shape else "cases": result.cases, **(counts or {})},
                    could_detect=f"{shape}tokens past a stop/EOS/max_tokens, wrong finish_reason (k={depth.k}, "
                                 f"{depth.source})" + (" (text-level)" if result.text_level else ""),
-                   reason=depth.gap())
+                   reason="; ".join(r for r in (depth.gap(), vacuous) if r))
     if result.baseline_problems:
         findings.add(Finding(
             check=check, severity="bug", route=baseline.name, prompt_id=source.id,

@@ -96,13 +96,15 @@ def judge_greedy(req, prompt, expected, actual, *, baseline, candidate, tokenize
     if is_text_level(expected, actual):
         findings.measure("comparison", check=check, prompt_id=prompt.id, route=candidate.name, **level)
     tokens = exposure(baseline=expected.token_ids, candidate=actual.token_ids)
-    findings.cover(check, candidate.name, verified=True,
+    # judged by the count that matters: a prompt whose answers are both empty compared nothing
+    findings.cover(check, candidate.name, verified=tokens > 0,
                    ran={"chat prompts": 1, "chat tokens compared": tokens} if req.chat else
                    {"prompts": 1, "tokens compared": tokens},
                    could_detect=(chat.COULD_DETECT if req.chat else "any token or finish-reason difference from the "
                                  "baseline")
                                 + (" (text-level: equal text with other token boundaries is invisible)"
-                                   if is_text_level(expected, actual) else ""))
+                                   if is_text_level(expected, actual) else ""),
+                   reason="" if tokens else f"vacuous: 0 tokens compared (both answers to {prompt.id} are empty)")
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
     if divergence is None:
         class_outcome(findings, check, candidate.name, prompt, "match")

@@ -13,9 +13,12 @@ Routes that cannot stream are skipped and reported "not verified". The chat shap
 ids is compared at text level (spec_route_suite/routes/textlevel.py): streamed and plain text, finish
 and usage, without the usage-equals-token-count check (its ids are re-derived from text).
 Text and ids are judged apart: a stream whose ids are incomplete (`Completion.id_gap`, or a text-level
-stream beside an id-level plain answer) with equal text is no "different answer": its `ids` coverage part
-is "not verified" (why), its `text` part verified, and the same gap on the baseline's stream of the same
-request is an engine note. The accounting rules (usage, finish_reason, stream events; equivalence/rules.py)
+stream beside an id-level plain answer) with equal text is no "different answer": its `text` part is verified,
+and its ids are judged against the baseline's stream of the same request: the same gap there is an engine note,
+none there is a finding (the candidate drops what its engine delivers: llama.cpp's draft-simple streams carry
+logprob entries, where its ids are, only for tokens sampled outside draft verification), and a baseline that
+cannot stream leaves the `ids` part "not verified" (why). Each stream's evidence is what its two deliveries had
+to agree on (tokens, or characters): none is "not verified", never a pass. The accounting rules (usage, finish_reason, stream events; equivalence/rules.py)
 are judged against the baseline's own plain and streamed answers to the same requests.
 """
 from __future__ import annotations
@@ -27,12 +30,12 @@ import pytest
 from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.differential import Differential, control, control_line
 from spec_route_suite.equivalence.divergence import classify_divergence
-from spec_route_suite.equivalence.greedy import compare_greedy
+from spec_route_suite.equivalence.greedy import compare_greedy, exposure
 from spec_route_suite.equivalence.rules import Violation, details, stream_violations
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
-from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, stream_repro
+from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, logprobs_repro, stream_repro
 
 pytestmark = pytest.mark.check("streaming")
 
@@ -135,9 +138,9 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
             problems = []
         elif verdict is not None:
             problems.append(f"first split classified against baseline '{baseline.name}': {verdict.summary()}")
-    if gap:
-        _ids_not_verified(findings, check, candidate, gap, baseline_gap=controls.id_gap(), prompt_id=prompt_id,
-                          req=stream_req, controls=controls)
+    dropped = gap and _ids_not_verified(findings, check, candidate, gap, baseline_gap=controls.id_gap(),
+                                        prompt_id=prompt_id, req=stream_req, controls=controls,
+                                        compared=len(plain.text))
     ours = stream_violations(plain=plain, streamed=streamed)
     control_details = None
     if ours:
@@ -153,8 +156,15 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
             differential.close()
             problems += [f"{v.detail} ({control_line(theirs)})" for v in judged.candidate]
             control_details = control(stream_req.request_id, controls.streamed(), theirs)
-    findings.cover(check, candidate.name, verified=True, ran={"chat streams" if req.chat else "streams": 1},
-                   could_detect=f"a streamed {shape}answer that differs from the plain {shape}answer")
+    # the count that matters: what the two deliveries had to agree on (token ids where both carry them, else text)
+    unit, compared = (("characters compared", len(plain.text)) if gap or shared_ids else
+                      ("tokens compared", exposure(baseline=plain.token_ids, candidate=streamed.token_ids)))
+    findings.cover(check, candidate.name, verified=compared > 0,
+                   ran={"chat streams" if req.chat else "streams": 1, unit: compared},
+                   could_detect=f"a streamed {shape}answer that differs from the plain {shape}answer",
+                   reason="" if compared else "vacuous: the plain and the streamed answer are both empty")
+    if dropped and not problems:
+        pytest.fail(f"{shape}prompt {prompt_id}: candidate '{candidate.name}': {dropped}", pytrace=False)
     if not problems:
         return
     findings.add(Finding(
@@ -167,8 +177,8 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
                  "classification": verdict.to_details() if verdict is not None else None,
                  "repro": stream_repro(req, candidate=candidate, baseline=baseline,
                                        fields=ANSWER_FIELDS if not gap else ("text", "finish", "usage"))}))
-    pytest.fail(f"{shape}prompt {prompt_id}: candidate '{candidate.name}' stream vs non-stream:\n" + "\n".join(problems),
-                pytrace=False)
+    pytest.fail(f"{shape}prompt {prompt_id}: candidate '{candidate.name}' stream vs non-stream:\n"
+                + "\n".join(problems + ([dropped] if dropped else [])), pytrace=False)
 
 
 def trailing_difference(plain: Completion, streamed: Completion) -> str | None:
@@ -235,11 +245,26 @@ class BaselineDeliveries:
 
 
 def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str | None, prompt_id: str,
-                      req: Request, controls: BaselineDeliveries) -> None:
+                      req: Request, controls: BaselineDeliveries, compared: int) -> str | None:
     """A stream without a full set of ids: its text was compared (the text part verified), its ids were not. The
-    baseline's stream with the same gap makes it engine behaviour (a note); otherwise the part says why."""
-    findings.cover(check, candidate.name, verified=True, part="text", ran={"streams": 1},
-                   could_detect="a streamed text or finish_reason that differs from the plain answer")
+    baseline's stream with the same gap makes it engine behaviour (a note); a baseline stream of the same request
+    that carries every id makes it the candidate's: a finding (the returned problem, with its Finding recorded);
+    a baseline that cannot stream leaves the ids part "not verified"."""
+    findings.cover(check, candidate.name, verified=compared > 0, part="text", ran={"characters compared": compared},
+                   could_detect="a streamed text or finish_reason that differs from the plain answer",
+                   reason="" if compared else "vacuous: both deliveries are empty, nothing compared")
+    if baseline_gap == "":
+        problem = (f"the stream's token ids are incomplete ({gap}), while baseline '{controls.baseline.name}''s "
+                   f"stream of the same request carries them all")
+        findings.add(Finding(
+            check=check, severity="bug", route=candidate.name, prompt_id=prompt_id,
+            title=(f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) the "
+                   f"baseline's stream of the same request carries"),
+            details={"rule": "ids", "diff": problem, "prompt_ids": list(req.prompt_ids),
+                     "baseline_control": control(req.request_id, controls.streamed()),
+                     "repro": logprobs_repro(replace(req, logprobs=1), candidate=candidate, baseline=controls.baseline,
+                                             tolerance=0.0, mode="missing")}))
+        return problem
     if baseline_gap:
         differential = Differential(findings, check=check, baseline=controls.baseline, candidate=candidate,
                                     prompt_id=prompt_id)
@@ -249,11 +274,12 @@ def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str
                            candidate_violations=[gap_rule])
         differential.close()
         return
-    control_text = (f"the baseline's stream of the same request carries all its ids" if baseline_gap == "" else
-                    f"no control: {controls.missing}")
+        return None
     findings.cover(check, candidate.name, verified=False, part="ids", ran={"streams": 1},
                    could_detect="streamed token ids that differ from the plain answer's",
-                   reason=f"the stream's token ids are incomplete ({gap}): compared by text instead; {control_text}")
+                   reason=f"the stream's token ids are incomplete ({gap}): compared by text instead; no control: "
+                          f"{controls.missing}")
+    return None
 
 
 def _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id):

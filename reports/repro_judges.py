@@ -105,15 +105,22 @@ def _lp_gap(a, b, limit):
     return worst, at
 
 
+def _lacks_logprobs(a):
+    """No logprobs, or fewer entries than the answer's tokens: its ids, else its usage.completion_tokens less one
+    (a server may bill a final EOS or stop token that it gives no entry: llama.cpp's /v1 streams)."""
+    count = len(a["ids"]) if a.get("ids") is not None else (a["usage"] - 1 if isinstance(a.get("usage"), int) else None)
+    return not a.get("logprobs") or (count is not None and len(a["logprobs"]) < count)
+
+
 async def judge_logprobs(case, cand, base, attempts):
     """mode "target": the candidate's logprobs of the tokens both routes emit are not the baseline's (beyond
     `tolerance`); control: the baseline's two answers agree. mode "zero": every sampled logprob is 0.0; mode
-    "missing": no logprobs at all although the request asks for them."""
+    "missing": no logprobs, or not for every token, although the request asks for them."""
     if case.get("mode") in ("zero", "missing"):
         c = await cand.send(case["request"]["candidate"])
         b = await base.send(case["request"]["baseline"])
         zero = lambda a: bool(a.get("logprobs")) and all(x == 0.0 for x in a["logprobs"])  # noqa: E731
-        broken = zero if case["mode"] == "zero" else (lambda a: not a.get("logprobs"))
+        broken = zero if case["mode"] == "zero" else _lacks_logprobs
         return outcome(broken(c), broken(b), [f"candidate logprobs: {(c.get('logprobs') or [])[:12]}",
                                               f"baseline logprobs:  {(b.get('logprobs') or [])[:12]}"])
     tol, limit = float(case.get("tolerance", 0.05)), int(case.get("positions", 10 ** 6))

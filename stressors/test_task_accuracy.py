@@ -7,7 +7,8 @@ report gets the motivating bug's sentence per level ("x wrong of n at c=8 (Fishe
 serial, z wrong of m on the baseline") and per source. An answer right alone and wrong under load is a flip
 and fails the route, unless the baseline flips as often under the same load (stressors/control.py). A candidate
 less accurate than the baseline even serially is a warning (the greedy check owns the divergences themselves).
-Without `--prompts` the run has no task prompts of the user's: the row is "not applicable" (the fixture
+Without `--prompts` the run has no task prompts of the user's: the check does not run, and its row says so, "not
+verified (not run: no --prompts)"; never "not applicable", which only the engine itself can make true (the fixture
 corpus's own task accuracy under load is the `accuracy` stressor's).
 """
 from __future__ import annotations
@@ -21,16 +22,15 @@ from spec_route_suite.stressors.pair import LoadPair
 from spec_route_suite.stressors.task_load import CHECK, COULD_DETECT, TaskAccuracyRun
 
 pytestmark = pytest.mark.check("task-accuracy")
-NO_TASKS = ("no --prompts: the run has no task prompts of the user's (the fixture corpus's task accuracy under load "
-            "is the accuracy stressor's)")
+NO_TASKS = ("not run: no --prompts, so the run has no task prompts of the user's (the fixture corpus's task accuracy "
+            "under load is the accuracy stressor's)")
 
 
 def test_task_accuracy_serial_and_under_load(candidate, baseline, tokenizer, suite_config, findings, request):
     prompts = prompt_set(suite_config)
     if not prompts.user:
-        findings.cover(CHECK, candidate.name, verified=False, applicable=False, reason=NO_TASKS,
-                       could_detect=COULD_DETECT)
-        return
+        findings.cover(CHECK, candidate.name, verified=False, reason=NO_TASKS, could_detect=COULD_DETECT)
+        pytest.skip(NO_TASKS)
     fitted, budget, policy = (request.getfixturevalue(name) for name in
                               ("fitted_prompts", "stress_budget", "near_tie_policy"))
     tasks = TaskAccuracyRun(LoadPair(candidate, baseline, tokenizer, policy), alpha=suite_config.alpha)

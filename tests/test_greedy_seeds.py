@@ -50,3 +50,41 @@ def test_route_without_seed_support_is_not_verified():
     blind = handle(Rewired(inner, capabilities=replace(inner.capabilities, seed=False)), "candidate")
     with pytest.raises(pytest.skip.Exception, match="not verified.*seed"):
         run_seeds(prompts(("math",), 1)[0], blind)
+
+
+def seeds_coverage(sink_items_and_measurements):
+    return [d for kind, d in sink_items_and_measurements if kind == "coverage" and d["check"] == "seeds"]
+
+
+def run_seeds_recorded(prompt, candidate):
+    """(failure text or None, the test's seeds coverage record)."""
+    sink = Sink()
+    try:
+        seeds_suite.test_same_seed_same_tokens(lean_prompt=prompt, candidate=candidate, baseline=baseline_handle(),
+                                               fitted_prompts=fitted_prompts(), suite_config=suite_config(),
+                                               findings=sink)
+    except pytest.fail.Exception as failure:
+        return str(failure), None
+    (record,) = seeds_coverage(sink.measurements)
+    return None, record
+
+
+def test_identical_answers_count_only_where_other_seeds_answer_differently():
+    """Issue #34 item 7: a route that ignores seeds on settings where every sample is the same answer passes the
+    same-seed comparison; only the positive control (other seeds, same prompt and settings) shows the comparison
+    could not fail there: not verified. The engine honouring seeds at the check's own settings is verified."""
+    route = reference_route("candidate")
+    try:
+        # seeds dropped, and every sample one answer: a near-zero temperature, the answer ending at its EOS
+        near_deterministic = Rewired(route, request=lambda r: replace(r, seed=None, temperature=0.01, ignore_eos=False)
+                                     if r.temperature else r)
+        prompt = prompts(("chat",), 1)[0]
+        failure, record = run_seeds_recorded(prompt, handle(near_deterministic, "candidate"))
+        assert failure is None, failure
+        assert record["verified"] is False and "near-deterministic" in record["reason"], record
+        assert record["ran"]["other seeds tried"] == seeds_suite.CONTROL_SEEDS
+        failure, record = run_seeds_recorded(prompt, handle(route, "candidate"))
+        assert failure is None and record["verified"] is True, (failure, record)
+        assert record["ran"]["other seeds answered differently"] == 1
+    finally:
+        route.batcher.close()

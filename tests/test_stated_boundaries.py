@@ -24,9 +24,9 @@ DRAFT_LEN = 200
 FLOOR = calib.Calibration(route="baseline", tau=calib.TAU_FLOOR, logprob_tol=calib.TOL_FLOOR, noise=1e-5)
 
 
-def run_edges(kind, candidate):
+def run_edges(kind, candidate, *, baseline_context: int = 512):
     sink = Sink()
-    fit = ContextFit((RouteContext("baseline", 512, "model"), RouteContext("candidate", 512, "model")))
+    fit = ContextFit((RouteContext("baseline", baseline_context, "model"), RouteContext("candidate", 512, "model")))
     config = type("Config", (), {"categories": ("math", "code", "chat", "json", "long"), "prompt_sources": (), "seed": 0,
                                  "prompt_limit": None})()
     try:
@@ -52,6 +52,21 @@ def test_correct_engine_passes_at_every_stated_limit(engines, kind):
     assert failure is None and sink.items == [], failure
     (record,) = [data for name, data in sink.measurements if name == "coverage"]
     assert record["verified"] and record.get("applicable", True) and record["ran"]["edge requests"] > 0, record
+
+
+def test_a_limit_only_a_smaller_baseline_context_hides_is_not_verified_not_not_applicable(engines):
+    """Issue #34 item 4: the drafter's max length (200) is inside the candidate engine's own context (512) but past
+    a baseline's 192: the engine has the limit, the sweep cannot compare it there: "not verified", never n/a. A
+    limit past the engine's own context is n/a (the engine itself says no request reaches it)."""
+    with pytest.raises(pytest.skip.Exception, match="not verified"):
+        run_edges("draft_max_len", engines(), baseline_context=192)
+    past = ReferenceHandles(draft_max_len="600")
+    try:
+        failure, sink = run_edges("draft_max_len", past())
+    finally:
+        past.close()
+    (record,) = [data for name, data in sink.measurements if name == "coverage"]
+    assert failure is None and record["applicable"] is False and "engine's context (512 tokens)" in record["reason"]
 
 
 def test_chunk_edge_fault_is_caught_at_the_chunk_edge(engines):

@@ -1,9 +1,10 @@
 """Streams judged as text and as ids apart (issue #20 part 5), and their accounting against the baseline's stream.
 
 A stream whose token ids are incomplete (`Completion.id_gap`, the ids re-derived from its text) but whose
-text equals the plain answer is no "different answer": the `ids` part is "not verified" (why), the `text`
-part verified; the baseline's stream showing the same gap makes it an engine note; a text difference still
-fails. The accounting rules (usage on the stream) with the reference engine's usage_counts_stop quirk: on
+text equals the plain answer is no "different answer": the `text` part verified; the baseline's stream showing
+the same gap makes it an engine note, the baseline's stream carrying every id makes it a finding (the candidate
+drops what its engine delivers), a baseline that cannot stream leaves the `ids` part "not verified" (why); a text
+difference still fails. The accounting rules (usage on the stream) with the reference engine's usage_counts_stop quirk: on
 both routes an engine note, on the candidate only a finding quoting the baseline's stream of the request.
 """
 from __future__ import annotations
@@ -46,14 +47,28 @@ def coverage(sink, part: str) -> list[dict]:
     return [m for kind, m in sink.measurements if kind == "coverage" and m.get("part") == part]
 
 
-def test_equal_text_with_an_id_gap_is_ids_not_verified_not_a_different_answer(engines):
+def test_an_id_gap_only_on_the_candidates_stream_is_a_finding_its_text_still_verified(engines):
+    """Equal text, ids incomplete on the candidate's stream only: no "different answer", but the candidate drops
+    what the baseline's stream of the same request carries (issue #34 item 1): a finding, never "not verified"."""
     candidate = handle(Rewired(engines["plain"], completion=with_gap), "candidate")
     sink = Sink()
     failure, found = run_stream(prompts(("math",), 1)[0], candidate, baseline=handle(engines["plain"], "baseline"),
                                 sink=sink)
+    assert failure and GAP in failure and "carries them all" in failure and "text differs" not in failure
+    (bug,) = found
+    assert bug.severity == "bug" and bug.details["rule"] == "ids" and "different" not in bug.title
+    assert coverage(sink, "ids") == [] and [m["verified"] for m in coverage(sink, "text")] == [True]
+
+
+def test_an_id_gap_without_a_baseline_stream_to_compare_is_ids_not_verified(engines):
+    inner = engines["plain"]
+    candidate = handle(Rewired(inner, completion=with_gap), "candidate")
+    blind = handle(Rewired(inner, capabilities=replace(inner.capabilities, stream=False)), "baseline")
+    sink = Sink()
+    failure, found = run_stream(prompts(("math",), 1)[0], candidate, baseline=blind, sink=sink)
     assert failure is None and found == [], failure
     (ids,) = coverage(sink, "ids")
-    assert ids["verified"] is False and GAP in ids["reason"] and "carries all its ids" in ids["reason"]
+    assert ids["verified"] is False and GAP in ids["reason"] and "cannot stream" in ids["reason"]
     assert [m["verified"] for m in coverage(sink, "text")] == [True]
 
 
@@ -73,7 +88,7 @@ def test_a_text_difference_with_an_id_gap_still_fails(engines):
     candidate = handle(Rewired(engines["plain"], completion=damaged_text), "candidate")
     failure, found = run_stream(prompts(("math",), 1)[0], candidate, baseline=handle(engines["plain"], "baseline"))
     assert failure and "text differs" in failure
-    (finding,) = [f for f in found if f.severity == "bug"]
+    (finding,) = [f for f in found if f.severity == "bug" and "different answer" in f.title]
     assert finding.details["ids"] == GAP
 
 

@@ -128,3 +128,16 @@ def test_correct_engine_keeps_its_answers_and_faults_are_caught_through_the_user
     assert mixing.flips, "under load, answers continuing another request's prompt turn wrong"
     diverged = run_candidate(bench, "diverged", "plant=divergence@2", loaded=False)
     assert set(parity) <= set(diverged.serial.wrong_keys), "MT-Bench turn parity and traffic parity fail"
+
+
+def test_without_the_users_prompts_task_accuracy_is_not_run_never_not_applicable():
+    """Issue #34 item 4: no --prompts is the run's choice, not the engine's statement: "not verified (not run: no
+    --prompts)", skipped, never "not applicable"."""
+    import spec_route_suite.stressors.test_task_accuracy as task_suite
+    from tests.test_greedy_routes import Sink, suite_config
+    sink, route = Sink(), SimpleNamespace(name="candidate")
+    with pytest.raises(pytest.skip.Exception, match="not run: no --prompts"):
+        task_suite.test_task_accuracy_serial_and_under_load(candidate=route, baseline=route, tokenizer=None,
+                                                            suite_config=suite_config(), findings=sink, request=None)
+    (record,) = [data for kind, data in sink.measurements if kind == "coverage"]
+    assert record["verified"] is False and record.get("applicable", True) is True, record
