@@ -5,7 +5,9 @@
 #   routes/llama-cpp-openai.toml  plain `openai:` routes on /v1, no --metrics, 512-token slots, no max_context:
 #                                 AR vs draft-simple, and a server given a draft model but no --spec-type;
 #   routes/llama-cpp-edges.toml   a small shared KV cache, small prompt batches: the
-#                                 checks that aim at those limits only ($EDGES_TESTS).
+#                                 checks that aim at those limits only ($EDGES_TESTS);
+#   routes/llama-cpp-dflash.toml  the drafters users deploy over the third pair: DFlash 2, DFlash and EAGLE-3 (7 draft
+#                                 tokens a step, converted against the target), plain `openai:` routes, --metrics.
 #
 # Passes when, for each routes file, the suite ran to completion and wrote its reports with no harness
 # errors (`judge_run` in spec_route_suite/servers/managed.py: pytest exit 2/3/4/5, missing or incomplete report,
@@ -28,7 +30,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # The native preset's full suite run (about 9 minutes on 2 cores) is left to nightly runs
 # (SPEC_SUITE_LLAMA_CPP_ROUTES="routes/llama-cpp.toml routes/llama-cpp-openai.toml routes/llama-cpp-edges.toml"):
 # in CI its servers serve the adapter self-tests, and the edges preset judges the native wire.
-ROUTES_FILES=${SPEC_SUITE_LLAMA_CPP_ROUTES:-"routes/llama-cpp-openai.toml routes/llama-cpp-edges.toml"}
+ROUTES_FILES=${SPEC_SUITE_LLAMA_CPP_ROUTES:-"routes/llama-cpp-openai.toml routes/llama-cpp-edges.toml routes/llama-cpp-dflash.toml"}
 # routes/llama-cpp-edges.toml (a small unified KV cache shared by 8 slots, 64-token prompt batches) is judged by
 # the checks that aim at those limits only (issue #23; the full-length greedy check is left out for CI time: the
 # stop-string check sends every greedy prompt for a short answer, k + 3 tokens, and compares it with the baseline's):
@@ -121,7 +123,7 @@ NATIVE=routes/llama-cpp.toml
 CURRENT_ROUTES=$NATIVE
 timed "start_servers[self-tests]" $TOOL --routes "$NATIVE" start || fail "servers of $NATIVE did not come up"
 echo "== llama-cpp: adapter self-tests against the live servers =="
-timed self_tests python -m pytest tests/test_llama_cpp.py --llama-cpp -q -p no:cacheprovider
+timed self_tests python -m pytest tests/test_llama_cpp.py tests/test_pair3_training.py --llama-cpp -q -p no:cacheprovider
 SELF_RC=$?
 case " $ROUTES_FILES " in
     *" $NATIVE "*) ;;                                        # judged below on the same servers

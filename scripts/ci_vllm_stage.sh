@@ -12,6 +12,8 @@
 # SPEC_SUITE_VLLM_WORKERS (pytest -n, default 8), SPEC_SUITE_VLLM_PYTEST_ARGS (extra pytest args,
 # default "--detect-tv 0.2"), SPEC_SUITE_VLLM_SUITE_TIMEOUT (seconds, default 2400),
 # SPEC_SUITE_VLLM_EDGES (0 skips the second preset, default 1), SPEC_SUITE_VLLM_EDGES_TESTS (its test paths),
+# SPEC_SUITE_VLLM_DFLASH (0 skips the DFlash preset, default 1), SPEC_SUITE_VLLM_DFLASH_ARGS (its pytest args,
+# default "--detect-tv 0.2"),
 # plus SPEC_SUITE_VLLM_VENV / SPEC_SUITE_VLLM_STATE read by spec_route_suite.servers.vllm_cpu.
 #
 # After the main preset, routes/vllm-cpu-edges.toml: servers started small on purpose (a 64-token chunked-prefill
@@ -45,7 +47,7 @@ cleanup() {
     local rc=$?
     if [ -n "$WATCH_PID" ]; then kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; fi
     echo "== vllm-cpu: stop servers =="
-    $SERVERS stop || echo "warning: stop reported a problem" >&2
+    $SERVERS stop --all || echo "warning: stop reported a problem" >&2
     printf 'total\t%s\t%s\n' "$(( $(date +%s) - STAGE_START ))" "$rc" >> "$TIMINGS"
     echo "== vllm-cpu: timings (step, seconds, exit code) =="
     cat "$TIMINGS"
@@ -105,34 +107,47 @@ if [ -n "$RUN_DIR" ] && [ -f "$RUN_DIR/summary.md" ]; then
     cat "$RUN_DIR/summary.md"
 fi
 [ -n "$RUN_DIR" ] && cp "$TIMINGS" "$RUN_DIR/ci-timings.tsv"
+judge_preset() {  # judge_preset TAG ROUTES [PYTEST ARGS...]: stop what runs, start ROUTES, run the suite, judge
+    local tag=$1 routes=$2; shift 2
+    local dir="$REPORT_DIR/$tag" servers="python -m spec_route_suite.servers.vllm_cpu --routes $routes"
+    mkdir -p "$dir"
+    echo "== vllm-cpu: stop the running servers, start the $tag preset ($routes) =="
+    $SERVERS stop --all || echo "warning: stop reported a problem" >&2
+    timed "start_$tag" $servers start || fail "$tag servers did not come up (logs: ~/.cache/spec-suite/vllm-cpu-servers/logs)"
+    $servers snapshot --out "$dir/acceptance-before.json" > /dev/null || fail "cannot read /metrics ($tag)"
+    timed "route_suite_$tag" timeout "${SPEC_SUITE_VLLM_SUITE_TIMEOUT:-2400}" \
+        spec-route-suite -n "$WORKERS" --routes "$routes" --report-dir "$dir" "$@"
+    local suite_rc=$?
+    echo "$tag route suite exit code: $suite_rc (0 passed, 1 route findings = data about vLLM)"
+    local run
+    run=$(ls -1dt "$dir"/*/ 2>/dev/null | while read -r d; do [ -f "$d/report.json" ] && echo "$d" && break; done)
+    if [ -n "$run" ]; then
+        timed "profile_$tag" $servers profile --before "$dir/acceptance-before.json" --run-dir "$run" \
+            > /dev/null || echo "warning: could not write vllm-servers.json ($tag)" >&2
+    fi
+    echo "== vllm-cpu: judgement ($tag) =="
+    $servers judge --report-dir "$dir" --exit-code "$suite_rc"
+    local judge_rc=$?
+    [ -n "$run" ] && [ -f "$run/summary.md" ] && cat "$run/summary.md"
+    return $judge_rc
+}
+
 EDGES_RC=0
 if [ "${SPEC_SUITE_VLLM_EDGES:-1}" != 0 ]; then
-    EDGES=routes/vllm-cpu-edges.toml
     # the full-length greedy check is left out for CI time: the stop-string check sends every greedy prompt for a
     # short answer (k + 3 tokens) and compares it with the baseline's
     EDGES_TESTS=${SPEC_SUITE_VLLM_EDGES_TESTS:-"equivalence/test_stated_boundaries.py equivalence/test_stop_strings.py \
 equivalence/test_spec_path.py stressors/test_kv_pressure.py stressors/test_batch_ramp.py"}
-    EDGES_DIR="$REPORT_DIR/edges"
-    EDGE_SERVERS="python -m spec_route_suite.servers.vllm_cpu --routes $EDGES"
-    mkdir -p "$EDGES_DIR"
-    echo "== vllm-cpu: stop the main servers, start the edges preset ($EDGES) =="
-    $SERVERS stop || echo "warning: stop reported a problem" >&2
-    timed start_edges $EDGE_SERVERS start || fail "edges servers did not come up (logs: ~/.cache/spec-suite/vllm-cpu-servers/logs)"
-    $EDGE_SERVERS snapshot --out "$EDGES_DIR/acceptance-before.json" > /dev/null || fail "cannot read /metrics (edges)"
     # shellcheck disable=SC2086
-    timed route_suite_edges timeout "${SPEC_SUITE_VLLM_SUITE_TIMEOUT:-2400}" \
-        spec-route-suite -n "$WORKERS" --routes "$EDGES" --report-dir "$EDGES_DIR" --stress-requests 192 $EDGES_TESTS
-    EDGES_SUITE_RC=$?
-    echo "edges route suite exit code: $EDGES_SUITE_RC (0 passed, 1 route findings = data about vLLM)"
-    EDGES_RUN=$(ls -1dt "$EDGES_DIR"/*/ 2>/dev/null | while read -r d; do [ -f "$d/report.json" ] && echo "$d" && break; done)
-    if [ -n "$EDGES_RUN" ]; then
-        timed profile_edges $EDGE_SERVERS profile --before "$EDGES_DIR/acceptance-before.json" --run-dir "$EDGES_RUN" \
-            > /dev/null || echo "warning: could not write vllm-servers.json (edges)" >&2
-    fi
-    echo "== vllm-cpu: judgement (edges) =="
-    $EDGE_SERVERS judge --report-dir "$EDGES_DIR" --exit-code "$EDGES_SUITE_RC"
+    judge_preset edges routes/vllm-cpu-edges.toml --stress-requests 192 $EDGES_TESTS
     EDGES_RC=$?
-    [ -n "$EDGES_RUN" ] && [ -f "$EDGES_RUN/summary.md" ] && cat "$EDGES_RUN/summary.md"
+fi
+DFLASH_RC=0
+if [ "${SPEC_SUITE_VLLM_DFLASH:-1}" != 0 ]; then
+    # the drafters users deploy, over the third pair: DFlash with async scheduling on and off, EAGLE-3 (issue #33)
+    # shellcheck disable=SC2086
+    judge_preset dflash routes/vllm-cpu-dflash.toml ${SPEC_SUITE_VLLM_DFLASH_ARGS:---detect-tv 0.2}
+    DFLASH_RC=$?
 fi
 if [ "$SELF_RC" -ne 0 ]; then
     echo "HARNESS ERROR: adapter self-tests against vLLM failed (exit $SELF_RC)" >&2
@@ -140,4 +155,5 @@ if [ "$SELF_RC" -ne 0 ]; then
 fi
 [ "$JUDGE_RC" -eq 0 ] || exit 3
 [ "$EDGES_RC" -eq 0 ] || exit 3
+[ "$DFLASH_RC" -eq 0 ] || exit 3
 exit 0
