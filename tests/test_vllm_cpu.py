@@ -111,9 +111,33 @@ def test_speculation_really_ran_and_counters_are_consistent(handles, prompts, na
     profile = acceptance_profile(delta, num_speculative_tokens=4)
     assert delta.drafts > 0, f"{name}: the drafts counter did not rise: speculation did not run ({delta})"
     assert len(delta.accepted_per_pos) == 4, delta
-    assert profile["invariants_hold"], profile
+    assert _own_invariants_hold(profile), profile
     if name == "draft_model":
         assert profile["mean_acceptance_length"] > 1.0, profile
+
+
+def _own_invariants_hold(profile) -> bool:
+    """The counters agree among themselves (per position, drafted vs accepted); whether they agree with what was
+    emitted is its own test below: vLLM 0.32 counts drafts past max_tokens as accepted (docs/vllm-cpu-findings.md)."""
+    return all(ok is not False for name, ok in profile["invariants"].items() if name != "accepted_le_emitted")
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", SPECULATIVE)
+def test_the_emitted_invariant_agrees_with_the_answers_themselves(handles, prompts, name):
+    """Short answers end inside a verified block. Whatever vLLM counts, the suite's `accepted_le_emitted` must
+    say what the answers show: accepted drafts beyond the tokens the verification steps emitted (each answer's
+    tokens after its first, which its prefill made) break it, and only those."""
+    handle = handles[name]
+    before = handle.acceptance()
+    answers = [handle.generate(Request(prompt_ids=ids, max_tokens=2, ignore_eos=True, request_id=f"emit-{name}-{i}"))
+               for i, ids in enumerate(prompts)]
+    delta = _delta(handle, before)
+    emitted_by_steps = sum(len(a.token_ids) - 1 for a in answers)
+    assert delta.emitted is not None and delta.finished == len(answers), delta
+    claimed = delta.accepted + delta.drafts
+    assert acceptance_profile(delta)["invariants"]["accepted_le_emitted"] == (claimed <= emitted_by_steps), (
+        claimed, emitted_by_steps, delta)
 
 
 @needs_vllm
@@ -163,7 +187,7 @@ def test_server_acceptance_delta_covers_only_the_traffic_between_snapshots(route
     profiles = server_acceptance_delta(before, snapshot_acceptance(specs))
     assert set(profiles) == set(SPECULATIVE)
     for name, profile in profiles.items():
-        assert profile["speculation_ran"] and profile["invariants_hold"] and not profile["server_restarted"], profile
+        assert profile["speculation_ran"] and _own_invariants_hold(profile) and not profile["server_restarted"], profile
         assert profile["drafts"] <= profile["cumulative_after"]["drafts"]
         assert len(profile["per_position_acceptance_rate"]) == 4
 

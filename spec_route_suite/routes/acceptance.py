@@ -26,6 +26,10 @@ def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_t
         "accepted_le_draft_tokens": snapshot.accepted <= snapshot.draft_tokens,
         "draft_tokens_le_drafts_times_k": snapshot.draft_tokens <= drafts * k if k else None,
         "counters_non_negative": min([drafts, snapshot.draft_tokens, snapshot.accepted, *per_pos]) >= 0,
+        # each step emits its accepted drafts plus one token, each finished request one more from its prefill: more
+        # accepted than that counts drafts that were never sent (cut by max_tokens or EOS inside the block)
+        "accepted_le_emitted": (snapshot.accepted + drafts <= snapshot.emitted - snapshot.finished
+                                if snapshot.emitted is not None and snapshot.finished is not None else None),
     }
     return {
         "drafts": drafts,
