@@ -338,7 +338,7 @@ def record(findings, comparison: LoadComparison, *, check: str, control: LoadCon
                        ran={"candidate mismatches": comparison.candidate.k, "control outputs": comparison.baseline.n},
                        could_detect="mismatches under load beyond what the engine shows without speculation",
                        reason=f"{TOO_SMALL}: {comparison.sentence()}")
-    if comparison.candidate.k and not comparison.charged:
+    if (comparison.engine or comparison.too_small) and not comparison.charged:
         findings.add(Finding(check=check, severity="info", route=candidate.name,
                              title=f"{check}: {comparison.sentence()}",
                              details={"load_control": comparison.as_details()}))

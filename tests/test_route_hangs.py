@@ -74,7 +74,6 @@ def fast(monkeypatch):
     monkeypatch.setattr(session, "DEADLINE_MARGIN_S", 0.5)
     monkeypatch.setattr(session, "HEALTH_PROBE_S", 0.3)
     monkeypatch.setattr(session, "HEALTH_PAUSE_S", 0.1)
-    monkeypatch.setattr(session, "RECOVERY_WAIT_S", 0.5)
     monkeypatch.setattr(session, "CANARY_TIMEOUT_S", 1.0)
     monkeypatch.setattr(session, "RECHECK_S", 3600.0)
     loop = BackgroundLoop()
