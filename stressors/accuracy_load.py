@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.accuracy import Tally, fisher_p, flips, sentence, tally
 from spec_route_suite.stressors.canary import mean_latency, renderer
-from spec_route_suite.stressors.control import Count, LoadComparison, record
+from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
 from spec_route_suite.stressors.driver import burst, failure_finding, plan, round_robin
 from spec_route_suite.stressors.mixing import MixingReport, probe_contexts
 from spec_route_suite.stressors.pair import CanaryStressor
@@ -37,6 +37,7 @@ class AccuracyUnderLoad(CanaryStressor):
     flipped: list = field(default_factory=list)
     theirs: list = field(default_factory=list)          # the baseline's flips under the same load
     checked: int = 0
+    batches: list = field(default_factory=list)         # (submissions, level) per burst: a control round resends them
 
     def tally_serial(self) -> None:
         """The candidate's serial answers (its references) and the baseline's, tallied."""
@@ -54,6 +55,7 @@ class AccuracyUnderLoad(CanaryStressor):
         for level in levels:
             keys = round_robin(workload.keys, len(workload.items), rng=rng)
             subs = plan(((k, self.request(k)) for k in keys), offsets=burst(len(keys)), tag=f"acc-c{level}")
+            self.batches.append((subs, level))
             run = self.drive(subs, concurrency=level, latency=latency)
             self.checked += scored(workload, run.completed)
             control = self.control.run(subs, concurrency=level, mean_latency_s=latency)
@@ -79,7 +81,15 @@ class AccuracyUnderLoad(CanaryStressor):
         return control.compare(
             what="answers right alone turned wrong", candidate=Count(len(self.flipped), self.checked),
             baseline=(Count(len(self.theirs), sum(scored(self.workload, r.completed) for r in control.runs))
-                      if control.available else None), where=f"at c={','.join(map(str, levels))}")
+                      if control.available else None), where=f"at c={','.join(map(str, levels))}",
+            top_up=resend(self.candidate, self.references, self.batches, mean_latency_s=mean_latency(self.references),
+                          count=self.round_flips))
+
+    def round_flips(self, _route, run, references) -> Count:
+        """A control round's count: answers right alone (`references`: the route's own) turned wrong."""
+        return Count(len(flips(workload=self.workload, serial=references, outcomes=run.outcomes,
+                               references=references)), scored(self.workload, run.completed),
+                     tuple(o.request_id for o in run.failed))
 
     def summary(self, findings, comparison: LoadComparison, budget) -> tuple[str, dict]:
         """The coverage row and the motivating bug's sentence, as an info finding; (sentence, details)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.stressors.driver import LoadRun
 
 
@@ -48,7 +49,10 @@ class LoadWitness:
         return run
 
     def engine_peak(self) -> int | None:
-        return self.handle.run(self.handle.route.engine_batch_peak())
+        try:
+            return self.handle.run(self.handle.route.engine_batch_peak())
+        except RouteError:   # a route that stopped answering states no gauge (its failure is the stressor's finding)
+            return None
 
     def verdict(self) -> tuple[bool, str, dict]:
         """(verified, reason when not, what ran)."""

@@ -5,8 +5,11 @@ so the stressors need exact control of how many requests are in flight, when eac
 arrives, and which clients hang up mid-stream. Everything is bounded: at most
 `concurrency` requests in flight (checked by an in-flight counter on every admission),
 each request has a timeout, the run has a deadline, and every loop runs over a finite
-plan. The driver talks only to the Route object it is handed (a configured route), never
-to an address of its own. Environment: none.
+plan. A request that times out makes the driver ask `watch` (the route handle's health
+probe, spec_route_suite/session.py) whether the route still answers: a route found hung
+ends the run at once (its requests in flight "route-hung", the rest unsent) instead of
+sending every remaining request into its own timeout. The driver talks only to the Route
+object it is handed (a configured route), never to an address of its own. Environment: none.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Awaitable, Callable, Iterable, Sequence
 
 from spec_route_suite.routes.base import Completion, Request, Route
 from spec_route_suite.routes.errors import RouteError
@@ -24,6 +27,8 @@ from spec_route_suite.reports.findings import Finding
 MAX_SUBMISSIONS = 20_000
 ABORTED = "aborted"
 DEADLINE = "run-deadline"
+HUNG = "route-hung"
+Watch = Callable[[], Awaitable[str]]   # "" while the route answers its health check, else why it is hung
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class LoadRun:
     wall_s: float
     started_at: float
     unsent: int = 0
+    hung: str = ""   # why the run stopped early: the route stopped answering (its health check too)
 
     @property
     def completed(self) -> tuple[Outcome, ...]:
@@ -86,7 +92,8 @@ class LoadRun:
     def describe(self) -> str:
         return (f"{len(self.outcomes)} sent ({len(self.completed)} completed, "
                 f"{sum(o.aborted for o in self.outcomes)} aborted, {len(self.failed)} failed, {self.unsent} unsent) "
-                f"at concurrency {self.concurrency} (max in flight {self.max_in_flight}) in {self.wall_s:.1f}s")
+                f"at concurrency {self.concurrency} (max in flight {self.max_in_flight}) in {self.wall_s:.1f}s"
+                + (f"; stopped: {self.hung}" if self.hung else ""))
 
 
 class ConcurrencyBreach(AssertionError):
@@ -111,15 +118,16 @@ class _Gauge:
 
 
 async def drive(route: Route, submissions: Sequence[Submission], *, concurrency: int,
-                request_timeout_s: float, deadline_s: float) -> LoadRun:
-    """Send `submissions` in arrival order with at most `concurrency` in flight; never raises for route failures."""
+                request_timeout_s: float, deadline_s: float, watch: Watch | None = None) -> LoadRun:
+    """Send `submissions` in arrival order with at most `concurrency` in flight; never raises for route failures.
+    `watch`: asked after a request times out; a reason ends the run (the route is hung)."""
     with track(f"load at concurrency {concurrency}", len(submissions)) as progress:
         return await _drive(route, submissions, concurrency=concurrency, request_timeout_s=request_timeout_s,
-                            deadline_s=deadline_s, progress=progress)
+                            deadline_s=deadline_s, progress=progress, watch=watch)
 
 
 async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency: int, request_timeout_s: float,
-                 deadline_s: float, progress) -> LoadRun:
+                 deadline_s: float, progress, watch: Watch | None = None) -> LoadRun:
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if len(submissions) > MAX_SUBMISSIONS:
@@ -131,6 +139,8 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
     t0, wall0 = loop.time(), time.time()
     gauge = _Gauge(limit=concurrency)
     outcomes: dict[str, Outcome] = {}
+    hung: list[str] = []   # the watch's reason, once the route is found hung
+    asking = asyncio.Lock()
 
     async def one(sub: Submission) -> None:
         req = sub.request
@@ -154,7 +164,8 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
         except RouteError as exc:
             kind, message = exc.kind, exc.describe()
         except asyncio.CancelledError:
-            kind, message = DEADLINE, f"still running when the run deadline ({deadline_s:.0f}s) passed"
+            kind, message = ((HUNG, f"in flight when the route was found hung: {hung[0]}") if hung else
+                             (DEADLINE, f"still running when the run deadline ({deadline_s:.0f}s) passed"))
         except Exception as exc:  # a broken adapter is a finding about the route, not a crash of the run
             kind, message = "exception", f"{type(exc).__name__}: {exc}"
         finally:
@@ -162,6 +173,14 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
             outcomes[req.request_id] = Outcome(sub.key, req.request_id, completion, kind, message, start,
                                                loop.time() - t0, in_flight)
             progress.advance()
+        if kind == "timeout" and watch is not None and not hung:
+            async with asking:   # one health probe at a time: the requests that timed out together ask once
+                why = "" if hung else await watch()
+            if why and not hung:
+                hung.append(why)
+                for task in slots:   # the other slots stop: their requests in flight become "route-hung"
+                    if task is not asyncio.current_task():
+                        task.cancel()
 
     ordered = sorted(submissions, key=lambda s: s.at_s)
     plan_iter = iter(ordered)
@@ -174,10 +193,10 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
             delay = t0 + sub.at_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)  # the run deadline cancels this wait: the request stays unsent
-            if loop.time() >= deadline:
+            if loop.time() >= deadline or hung:
                 return
             await one(sub)
-            if asyncio.current_task().cancelling():  # one() recorded the cancelled request; send no more
+            if asyncio.current_task().cancelling() or hung:  # one() recorded the cancelled request; send no more
                 return
 
     slots = [asyncio.ensure_future(slot()) for _ in range(min(concurrency, len(ordered)))]
@@ -193,7 +212,7 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
     unsent = len(ordered) - len(outcomes)
     ordered_outcomes = tuple(outcomes[s.request.request_id] for s in ordered if s.request.request_id in outcomes)
     return LoadRun(outcomes=ordered_outcomes, concurrency=concurrency, max_in_flight=gauge.peak,
-                   wall_s=loop.time() - t0, started_at=wall0, unsent=unsent)
+                   wall_s=loop.time() - t0, started_at=wall0, unsent=unsent, hung=hung[0] if hung else "")
 
 
 # ---------------------------------------------------------------- arrival plans
@@ -336,10 +355,11 @@ def deadline_for(n: int, *, mean_latency_s: float, request_timeout_s: float) -> 
 
 
 def drive_handle(handle, submissions: Sequence[Submission], *, concurrency: int, mean_latency_s: float) -> LoadRun:
-    """Run `drive` on a RouteHandle's loop (the route the suite configured), bounded by the handle's deadline."""
+    """Run `drive` on a RouteHandle's loop (the route the suite configured), bounded by the handle's deadline and
+    watched by its hang probe (a route found hung before raises RouteHung without sending anything)."""
     deadline = deadline_for(len(submissions), mean_latency_s=mean_latency_s, request_timeout_s=handle.timeout_s)
     return handle.run(drive(handle.route, submissions, concurrency=concurrency, request_timeout_s=handle.timeout_s,
-                            deadline_s=deadline), timeout_s=deadline + 10.0)
+                            deadline_s=deadline, watch=handle.watch), timeout_s=deadline + 10.0)
 
 
 def failure_details(run: LoadRun, *, limit: int = 20) -> dict:
@@ -347,6 +367,7 @@ def failure_details(run: LoadRun, *, limit: int = 20) -> dict:
     failed = run.failed
     return {
         "failed": len(failed), "sent": len(run.outcomes), "unsent": run.unsent, "concurrency": run.concurrency,
+        "hung": run.hung,
         "run_started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(run.started_at)),
         "failures": [{"request_id": o.request_id, "key": o.key, "kind": o.error_kind, "error": (o.error or "")[:300],
                       "at_s": round(o.ended_s, 3),
@@ -359,7 +380,8 @@ def failure_title(run: LoadRun, *, what: str) -> str:
     first = min(run.failed, key=lambda o: o.ended_s)
     clock = time.strftime("%H:%M:%S", time.localtime(run.started_at + first.ended_s))
     return (f"{what}: {len(run.failed)} of {len(run.outcomes)} requests failed at concurrency {run.concurrency}; "
-            f"first {first.request_id} at +{first.ended_s:.1f}s ({clock}): {first.error_kind}")
+            f"first {first.request_id} at +{first.ended_s:.1f}s ({clock}): {first.error_kind}"
+            + (f"; the route stopped answering ({run.hung}), {run.unsent} requests left unsent" if run.hung else ""))
 
 
 def failure_finding(run: LoadRun, *, check: str, route: str, what: str, repro: dict | None = None) -> Finding:

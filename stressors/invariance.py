@@ -17,7 +17,7 @@ from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import load_repro, repeat_repro
 from spec_route_suite.routes.base import Request
 from spec_route_suite.stressors.canary import mean_latency
-from spec_route_suite.stressors.control import Count, LoadComparison, differing
+from spec_route_suite.stressors.control import Count, LoadComparison, TopUp, differing, resend
 from spec_route_suite.stressors.driver import LoadRun, Submission, burst, drive_handle, failure_finding, plan
 from spec_route_suite.stressors.pair import CanaryStressor
 
@@ -37,6 +37,7 @@ class NeedleBatches(CanaryStressor):
     check = CHECK
     broken: list = field(default_factory=list)   # (severity, outcome, the batch's order, why)
     checked: int = 0
+    batches: list = field(default_factory=list)  # (submissions, concurrency) of every burst: a control round resends them
 
     def send(self, budget, findings, *, seed: int) -> None:
         workload = self.workload
@@ -54,6 +55,7 @@ class NeedleBatches(CanaryStressor):
 
     def _batch(self, order: list[str], level: int, *, tag: str, latency: float, findings) -> None:
         subs = plan(((k, self.request(k)) for k in order), offsets=burst(len(order)), tag=tag)
+        self.batches.append((subs, level))
         run = self.drive(subs, concurrency=level, latency=latency)
         self.control.run(subs, concurrency=level, mean_latency_s=latency)
         if run.failed:
@@ -65,7 +67,9 @@ class NeedleBatches(CanaryStressor):
     def comparison(self, budget) -> LoadComparison:
         return self.control.compare(what="differ from their output alone", candidate=Count(len(self.broken),
                                                                                              self.checked),
-                                    baseline=self.control.differing(), where=f"at c={levels_text(budget)}")
+                                    baseline=self.control.differing(), where=f"at c={levels_text(budget)}",
+                                    top_up=resend(self.candidate, self.references, self.batches,
+                                                  mean_latency_s=mean_latency(self.references)))
 
     def summary(self, findings, comparison: LoadComparison, budget) -> None:
         self.witness.cover(findings, CHECK, could_detect=f"a greedy output that changes with batch composition "
@@ -108,13 +112,14 @@ class IdenticalRequests(CanaryStressor):
     item: object = None
     n: int = 0
     run: LoadRun | None = None
+    subs: list = field(default_factory=list)
 
     def send(self, budget, findings) -> None:
         self.item = item = next(iter(self.workload.recall()), self.workload.items[0])
         level, self.n = budget.batch(max(budget.levels)), budget.identical_requests
         latency = mean_latency(self.references)
-        subs = plan(((item.key, self.request(item.key)) for _ in range(self.n)), offsets=burst(self.n),
-                    tag="identical")
+        self.subs = subs = plan(((item.key, self.request(item.key)) for _ in range(self.n)), offsets=burst(self.n),
+                                tag="identical")
         self.start()
         self.run = run = self.drive(subs, concurrency=level, latency=latency)
         self.control.run(subs, concurrency=level, mean_latency_s=latency)
@@ -138,7 +143,9 @@ class IdenticalRequests(CanaryStressor):
     def comparison(self) -> LoadComparison:
         return self.control.compare(what="differ from the serial output",
                                     candidate=differing(self.run.outcomes, self.references),
-                                    baseline=self.control.differing(), where=f"at c={self.run.concurrency}")
+                                    baseline=self.control.differing(), where=f"at c={self.run.concurrency}",
+                                    top_up=resend(self.candidate, self.references, [(self.subs, self.run.concurrency)],
+                                                  mean_latency_s=mean_latency(self.references)))
 
     def summary(self, findings, comparison: LoadComparison, budget) -> str:
         """The coverage row and the determinism line (also the title of a split's finding)."""
@@ -172,46 +179,68 @@ class IdenticalRequests(CanaryStressor):
         return severity, judged[0][1]
 
 
-def seeded_plans(workload, budget, max_tokens: int, *, seed: int) -> list[tuple[Request, list[Submission]]]:
+def seeded_plans(workload, budget, max_tokens: int, *, seed: int,
+                 round_: int = 0) -> list[tuple[Request, list[Submission]]]:
     """Per seed: the seeded request and the load run it joins (companions and position fixed by the run seed),
-    built once so the candidate and its load control get exactly the same requests."""
-    rng = random.Random(f"seeded-{seed}")
+    built once so the candidate and its load control get exactly the same requests. `round_` > 0: the seeds of
+    a round the load control buys (stressors/control.py), each a seed of its own."""
+    rng = random.Random(f"seeded-{seed}" + (f"-more{round_}" if round_ else ""))
+    prefix = f"seeded-more{round_}-" if round_ else "seeded-"
     plans = []
     for s in range(budget.seeds):
         item = workload.items[s % len(workload.items)]
-        seeded = item.request(max_tokens=max_tokens, temperature=SAMPLING_TEMPERATURE, seed=seed * 1000 + s,
-                              request_id=f"seeded-{s}-a")
+        seeded = item.request(max_tokens=max_tokens, temperature=SAMPLING_TEMPERATURE,
+                              seed=seed * 1000 + round_ * budget.seeds + s, request_id=f"{prefix}{s}-a")
         companions = rng.sample([k for k in workload.keys if k != item.key],
                                 min(budget.batch(max(budget.levels)) - 1, len(workload.items) - 1))
         subs = plan(((k, workload.get(k).request(max_tokens=max_tokens)) for k in companions),
-                    offsets=burst(len(companions)), tag=f"seeded-load-{s}")
+                    offsets=burst(len(companions)), tag=f"{prefix}load-{s}")
         subs.insert(rng.randrange(len(subs) + 1),
-                    Submission(key=item.key, request=replace(seeded, request_id=f"seeded-{s}-load")))
+                    Submission(key=item.key, request=replace(seeded, request_id=f"{prefix}{s}-load")))
         plans.append((seeded, subs))
     return plans
 
 
-def seeded_problems(route, plans, *, concurrency: int, latency: float, witness=None) -> list[tuple[int, str]]:
-    """(seed, what went wrong) for each seeded request of `plans` on `route`: serially twice, then under load."""
+def seeded_problems(route, plans, *, concurrency: int, latency: float,
+                    witness=None) -> list[tuple[int, str, str]]:
+    """(seed, what went wrong, the request id that failed under load or "") for each seeded request of `plans`
+    on `route`: serially twice, then under load."""
     problems = []
     for seeded, subs in plans:
         first = route.generate(seeded)
         second = route.generate(replace(seeded, request_id=seeded.request_id[:-1] + "b"))
         if first.token_ids != second.token_ids:
             problems.append((seeded.seed, f"seed {seeded.seed}: two serial runs differ: {first.text[:60]!r} vs "
-                                          f"{second.text[:60]!r}"))
+                                          f"{second.text[:60]!r}", ""))
             continue
         run = drive_handle(route, subs, concurrency=concurrency, mean_latency_s=latency)
         if witness is not None:
             witness.add(run)
-        loaded = run.by_id().get(seeded.request_id[:-1] + "load")
+        load_id = seeded.request_id[:-1] + "load"
+        loaded = run.by_id().get(load_id)
         if loaded is None or not loaded.ok:
             why = loaded.error if loaded else "never sent"
-            problems.append((seeded.seed, f"seed {seeded.seed}: failed under load: {why}"))
+            problems.append((seeded.seed, f"seed {seeded.seed}: failed under load: {why}", load_id))
         elif loaded.completion.token_ids != first.token_ids:
             problems.append((seeded.seed, f"seed {seeded.seed}: serial {first.text[:60]!r}, under load at "
-                                          f"concurrency {run.concurrency} {loaded.completion.text[:60]!r}"))
+                                          f"concurrency {run.concurrency} {loaded.completion.text[:60]!r}", ""))
     return problems
+
+
+def seeded_count(problems, plans) -> Count:
+    """Seeds not reproducible of the seeds that answered; a seeded request that failed under load is named."""
+    failed = tuple(rid for _, _, rid in problems if rid)
+    return Count(len({seed for seed, _, rid in problems if not rid}), len(plans) - len(failed), failed)
+
+
+def seeded_top_up(candidate, workload, budget, max_tokens: int, *, seed: int, concurrency: int,
+                  latency: float) -> TopUp:
+    """A round of seeds the load control buys: as many new seeds as the budget's, on either route."""
+    def probe(route, _references, round_: int) -> Count:
+        plans = seeded_plans(workload, budget, max_tokens, seed=seed, round_=round_)
+        return seeded_count(seeded_problems(route, plans, concurrency=concurrency, latency=latency), plans)
+    requests = budget.seeds * (2 + min(budget.batch(max(budget.levels)), len(workload.items)))
+    return TopUp(candidate, None, probe, requests=requests)
 
 
 def seeded_repro(problem: tuple[int, str], plans, *, candidate, baseline, concurrency: int) -> dict:

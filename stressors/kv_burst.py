@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.routes.base import Request
 from spec_route_suite.stressors.canary import mean_latency
-from spec_route_suite.stressors.control import LoadComparison, LoadControl, differing, record
+from spec_route_suite.stressors.control import LoadComparison, LoadControl, differing, record, resend
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.driver import LoadRun, burst, drive_handle, failure_finding, plan, round_robin
 from spec_route_suite.stressors.pair import LoadPair
@@ -55,6 +55,7 @@ class KvBurst:
     preempted: int | None = None
     broken: list = field(default_factory=list)   # (severity, outcome, why)
     control: LoadControl | None = None
+    subs: list = field(default_factory=list)
     witness: LoadWitness | None = None
     windows: LoadRuns | None = None
 
@@ -64,7 +65,7 @@ class KvBurst:
                                       request_id=f"kv-{key}") for key, ids in self.prompts.items()}
         self.references = {key: candidate.generate(req) for key, req in self.requests.items()}
         keys = round_robin(list(self.requests), pressure.requests, rng=random.Random(f"kv-{self.seed}"))
-        subs = plan(((k, self.requests[k]) for k in keys), offsets=burst(len(keys)), tag="kv")
+        self.subs = subs = plan(((k, self.requests[k]) for k in keys), offsets=burst(len(keys)), tag="kv")
         counter, self.witness = PreemptionCounter(candidate), LoadWitness(candidate)
         self.windows = LoadRuns(candidate=candidate, baseline=baseline)
         self.run = self.windows.add(self.witness.add(drive_handle(
@@ -84,7 +85,10 @@ class KvBurst:
         return self.control.compare(what="differ from their serial output",
                                     candidate=differing(self.run.outcomes, self.references),
                                     baseline=self.control.differing(),
-                                    where=f"at c={self.pressure.concurrency} under KV pressure")
+                                    where=f"at c={self.pressure.concurrency} under KV pressure",
+                                    top_up=resend(self.pair.candidate, self.references,
+                                                  [(self.subs, self.pressure.concurrency)],
+                                                  mean_latency_s=mean_latency(self.references)))
 
     def cover(self, findings, comparison: LoadComparison) -> None:
         """The measurement, the coverage row (verified only when the engine's counter shows a preemption) and

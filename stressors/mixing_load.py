@@ -16,8 +16,8 @@ from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 from spec_route_suite.routes.textlevel import is_text_level, level_details, title_suffix
 from spec_route_suite.stressors.canary import mean_latency, renderer
-from spec_route_suite.stressors.control import NO_LOAD_CONTROL
-from spec_route_suite.stressors.driver import LoadRun, failure_finding, mixed_load, round_robin
+from spec_route_suite.stressors.control import NO_LOAD_CONTROL, Count, TopUp, fresh
+from spec_route_suite.stressors.driver import LoadRun, drive_handle, failure_finding, mixed_load, round_robin
 from spec_route_suite.stressors.mixing import MixingReport, detect, merge, probe_contexts, untrusted_references
 from spec_route_suite.stressors.pair import CanaryStressor
 from spec_route_suite.stressors.suspicious import early_stops
@@ -43,6 +43,8 @@ class MixingLoad(CanaryStressor):
     controls: list[MixingReport] = field(default_factory=list)   # per run, the baseline's
     latency: float = 0.0
     acceptance: tuple = (None, None)   # the candidate's acceptance counters before and after the load
+    top: tuple = ((), 0)               # the highest level's submissions and level: a control round resends them
+    rounds: dict = field(default_factory=dict)   # (route, round) -> a bought round's attributed report, failed ids
 
     @property
     def text_level(self) -> bool:
@@ -74,6 +76,7 @@ class MixingLoad(CanaryStressor):
             keys = round_robin(workload.keys, budget.mixing_requests, rng=rng)
             subs = mixed_load([(k, self.request(k)) for k in keys], level=level, rng=rng,
                               mean_latency_s=self.latency, tag=f"mix-c{level}")
+            self.top = (subs, level)
             run = self.drive(subs, concurrency=level, latency=self.latency)
             self.runs.append(run)
             self.reports.append(attributed(candidate, run, workload, self.references, self.pair.tokenizer, mt))
@@ -85,6 +88,21 @@ class MixingLoad(CanaryStressor):
                 findings.add(failure_finding(run, check=CHECK, route=candidate.name, what="mixing load",
                                              repro=self.windows.failed(run)))
         self.acceptance = (before, candidate.acceptance())
+
+    def top_up(self, counted) -> TopUp:
+        """Rounds the load control may buy: the highest level's load once more on a route, attributed against the
+        route's own references; `counted(report)` is what one comparison counts (contaminated, unattributed). A
+        round is sent once per route and serves both comparisons."""
+        def probe(route, references, round_: int) -> Count:
+            key = (route.name, round_)
+            if key not in self.rounds:
+                subs, level = self.top
+                run = drive_handle(route, fresh(subs, round_), concurrency=level, mean_latency_s=self.latency)
+                self.rounds[key] = (attributed(route, run, self.workload, references, self.pair.tokenizer,
+                                               self.pair.max_tokens), tuple(o.request_id for o in run.failed))
+            report, failed = self.rounds[key]
+            return Count(len(counted(report)), report.checked, failed)
+        return TopUp(self.pair.candidate, self.references, probe, requests=len(self.top[0]))
 
     def cover(self, findings) -> None:
         """The coverage row: requests sent, chat requests among them, and the baseline's contamination."""

@@ -51,11 +51,13 @@ class MixingVerdict:
         where = f"at c={','.join(str(r.concurrency) for r in load.runs)}"
         self.contamination = control.compare(
             what="answered in another request's context", candidate=Count(len(total.contaminated), total.checked),
-            baseline=Count(len(theirs.contaminated), theirs.checked) if theirs else None, where=where)
+            baseline=Count(len(theirs.contaminated), theirs.checked) if theirs else None, where=where,
+            top_up=load.top_up(lambda report: report.contaminated))
         self.unattributed = control.compare(
             what="differ from their serial reference with no identifiable source",
             candidate=Count(len(total.unattributed), total.checked),
-            baseline=Count(len(theirs.unattributed), theirs.checked) if theirs else None, where=where)
+            baseline=Count(len(theirs.unattributed), theirs.checked) if theirs else None, where=where,
+            top_up=load.top_up(lambda report: report.unattributed))
         self.charge_contamination = record(findings, self.contamination, check=CHECK, control=control,
                                            candidate=candidate,
                                            examples=[a.line() for a in theirs.contaminated] if theirs else [])

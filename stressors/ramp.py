@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.canary import mean_latency
-from spec_route_suite.stressors.control import Count, LoadComparison, record
+from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
 from spec_route_suite.stressors.driver import Budget, burst, failure_finding, plan
 from spec_route_suite.stressors.pair import CanaryStressor
 from spec_route_suite.stressors.pressure import stated_slots
@@ -44,6 +44,7 @@ class BatchRamp(CanaryStressor):
     broken: list = field(default_factory=list)    # (severity, batch size, outcome, why)
     problems: list[str] = field(default_factory=list)
     checked: int = 0
+    steps: list = field(default_factory=list)   # (submissions, batch size) of each step sent: a control round resends them
 
     def plan_sizes(self, budget: Budget) -> None:
         """Up to the slots the route states, capped at the run's highest --concurrency."""
@@ -58,6 +59,7 @@ class BatchRamp(CanaryStressor):
             keys = [workload.keys[(step * 7 + i) % len(workload.keys)] for i in range(size)]
             rng.shuffle(keys)
             subs = plan(((k, self.request(k)) for k in keys), offsets=burst(size), tag=f"ramp-{step}-b{size}")
+            self.steps.append((subs, size))
             run = self.drive(subs, concurrency=size, latency=latency)
             self.control.run(subs, concurrency=size, mean_latency_s=latency)
             if run.failed:
@@ -75,7 +77,9 @@ class BatchRamp(CanaryStressor):
     def comparison(self) -> LoadComparison:
         return self.control.compare(what="differ from their output alone", candidate=Count(len(self.broken),
                                                                                              self.checked),
-                                    baseline=self.control.differing(), where=f"at batch sizes {self.sizes}")
+                                    baseline=self.control.differing(), where=f"at batch sizes {self.sizes}",
+                                    top_up=resend(self.candidate, self.references, self.steps,
+                                                  mean_latency_s=mean_latency(self.references)))
 
     def record(self, findings) -> None:
         """The coverage row, the summary line, the control's verdict, and the bug finding when charged."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.accuracy import Tally, fisher_p, sentence
 from spec_route_suite.stressors.canary import mean_latency
-from spec_route_suite.stressors.control import Count, LoadComparison, LoadControl
+from spec_route_suite.stressors.control import Count, LoadComparison, LoadControl, resend
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
 from spec_route_suite.stressors.pair import LoadPair
@@ -40,6 +40,7 @@ class TaskAccuracyRun:
     flipped: list = field(default_factory=list)
     theirs: list = field(default_factory=list)
     checked: int = 0
+    batches: list = field(default_factory=list)   # (submissions, level) of each load run: a control round resends them
 
     def answer_serially(self, records, fitted_prompts, *, executes: frozenset[str]) -> None:
         """Every task on the baseline (its answers are the parity references) and on the candidate, one at a time."""
@@ -70,6 +71,7 @@ class TaskAccuracyRun:
         for level in levels:
             subs = plan(((key, by_key[key].request) for key in self.sent), offsets=burst(len(self.sent)),
                         tag=f"task-c{level}")
+            self.batches.append((subs, level))
             run = self.witness.add(drive_handle(candidate, subs, concurrency=level, mean_latency_s=latency))
             if run.failed:
                 findings.add(failure_finding(run, check=CHECK, route=candidate.name, what="task accuracy load"))
@@ -95,7 +97,14 @@ class TaskAccuracyRun:
         return control.compare(what="task answers right alone turned wrong",
                                candidate=Count(len(self.flipped), self.checked),
                                baseline=Count(len(self.theirs), sum(len(r.completed) for r in control.runs))
-                               if control.available else None, where=f"at c={','.join(map(str, levels))}")
+                               if control.available else None, where=f"at c={','.join(map(str, levels))}",
+                               top_up=resend(self.pair.candidate, self.serial, self.batches,
+                                             mean_latency_s=mean_latency(self.serial), count=self.round_flips))
+
+    def round_flips(self, _route, run, serial) -> Count:
+        """A control round's count: task answers right alone (`serial`: the route's own) turned wrong."""
+        return Count(len(task_flips(self.judge, self.by_key, serial, run.outcomes)), len(run.completed),
+                     tuple(o.request_id for o in run.failed))
 
     def summary(self, findings, comparison: LoadComparison, budget, alone: Tally, on_baseline: Tally) -> dict:
         """The coverage row and the sentence per level and per source, as an info finding; its details."""

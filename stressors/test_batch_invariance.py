@@ -18,10 +18,11 @@ import pytest
 
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.stressors.canary import mean_latency
-from spec_route_suite.stressors.control import Count, record
+from spec_route_suite.stressors.control import record
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.invariance import (CHECK, SAMPLING_TEMPERATURE, IdenticalRequests, NeedleBatches,
-                                                   seeded_plans, seeded_problems, seeded_repro)
+                                                   seeded_count, seeded_plans, seeded_problems, seeded_repro,
+                                                   seeded_top_up)
 from spec_route_suite.stressors.pair import LoadPair
 
 pytestmark = pytest.mark.check("batch-invariance")
@@ -72,9 +73,11 @@ def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stres
     controlled = stress_control.available and baseline.capabilities.seed
     theirs = seeded_problems(baseline, plans, concurrency=level, latency=latency) if controlled else None
     comparison = stress_control.compare(
-        what="seeds not reproducible", candidate=Count(len({p for p, _ in problems}), len(plans)),
-        baseline=Count(len({p for p, _ in theirs}), len(plans)) if theirs is not None else None,
-        where=f"(serially twice and at c={level})")
+        what="seeds not reproducible", candidate=seeded_count(problems, plans),
+        baseline=seeded_count(theirs, plans) if theirs is not None else None,
+        where=f"(serially twice and at c={level})",
+        top_up=seeded_top_up(candidate, stress_workload, stress_budget, stress_max_tokens, seed=suite_config.seed,
+                             concurrency=level, latency=latency))
     witness.cover(findings, CHECK,
                   could_detect=f"a seeded sample that changes under load ({comparison.control_text()})")
     findings.add(Finding(check=CHECK, severity="info", route=candidate.name,
@@ -83,10 +86,10 @@ def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stres
                          details={"budget": stress_budget.describe(), "temperature": SAMPLING_TEMPERATURE,
                                   "load_control": comparison.as_details()}))
     judged = record(findings, comparison, check=CHECK, control=stress_control, candidate=candidate,
-                    examples=[line for _, line in theirs or ()])
+                    examples=[line for _, line, _ in theirs or ()])
     if not judged or not problems:
         return
-    lines = [line for _, line in problems]
+    lines = [line for _, line, _ in problems]
     findings.add(Finding(check=CHECK, severity="bug", route=candidate.name,
                          title=f"seeded sampling not reproducible ({comparison.sentence()}): {lines[0]}",
                          details={"problems": lines, "load_control": comparison.as_details(),

@@ -6,13 +6,16 @@ spec_route_suite.servers.inprocess) and damages the n-th answer with the next sh
 tests/hostile_shapes.py (BODY_SHAPES for plain answers, STREAM_SHAPES for event streams), spreading
 `share` of the requests evenly (round-robin over the shapes); every damaged request is logged with
 its shape, so a test can match each finding to the shape that caused it. Switches plant answers that
-are well-formed but wrong (an early "stop" under load, all-zero logprobs, usage above max_tokens).
+are well-formed but wrong (an early "stop" under load, all-zero logprobs, usage above max_tokens), and
+an engine that wedges after client disconnects (`wedge_after_disconnects`: like an older llama.cpp server
+whose HTTP threads stay held by dead connections, it then answers nothing, /health included, until stopped).
 Environment: none.
 """
 from __future__ import annotations
 
 import io
 import json
+import select
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -35,11 +38,15 @@ class FaultPlan:
     collapse_under_load: bool = False  # well-formed but wrong: one empty "stop" token when others are in flight
     zero_logprobs: bool = False        # well-formed but wrong: every logprob exactly 0.0
     over_report_usage: float = 0.0     # well-formed but wrong: this share of answers bills more than max_tokens
+    wedge_after_disconnects: int = 0   # after this many clients hung up before their answer, answer nothing more
     served: list[tuple[str, str]] = field(default_factory=list)   # (request id, shape)
     over_reported: list[str] = field(default_factory=list)        # request ids billed above max_tokens
     in_flight: int = 0
     counts: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
     answers: int = 0
+    disconnects: int = 0
+    wedged: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)   # set by stop(): held threads end
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def pick(self, request_id: str, *, stream: bool) -> str | None:
@@ -68,6 +75,20 @@ class FaultPlan:
                 self.over_reported.append(request_id)
                 return True
             return False
+
+    def hung_up(self) -> None:
+        """A client left before its answer; enough of them wedge the server."""
+        with self._lock:
+            self.disconnects += 1
+            if self.wedge_after_disconnects and self.disconnects >= self.wedge_after_disconnects:
+                self.wedged.set()
+
+    def hold(self) -> bool:
+        """A wedged server holds the calling thread until stopped; True when it did (nothing is answered)."""
+        if not self.wedged.is_set():
+            return False
+        self.released.wait()
+        return True
 
     def enter(self) -> int:
         with self._lock:
@@ -113,6 +134,15 @@ def suspicious(body: dict, plan: FaultPlan, crowded: bool) -> dict:
     return body
 
 
+def client_gone(connection: socket.socket) -> bool:
+    """Has the client closed its side (a hang-up before the answer)? Readable with nothing to read."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 def write_reply(handler: Any, reply: Reply) -> None:
     """Send a Reply chunked; a `cut` reply drops the connection without the final chunk."""
     handler.send_response(reply.status)
@@ -139,7 +169,16 @@ class FaultHandler(_Handler):
 
     plan: FaultPlan
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        if self.plan.hold():
+            self.close_connection = True
+            return
+        super().do_GET()
+
     def do_POST(self) -> None:  # noqa: N802 - http.server API
+        if self.plan.hold():
+            self.close_connection = True
+            return
         length = self.headers.get("Content-Length", "")
         raw = self.rfile.read(int(length)) if length.isdigit() else b""
         try:
@@ -163,7 +202,17 @@ class FaultHandler(_Handler):
             # request and drop the connection silently, and a client reusing it would see a disconnect.
             self.rfile = connection_reader
 
+    def _hung_up(self) -> bool:
+        """The client left while its answer was computed: counted (it may wedge the server), nothing sent."""
+        if not self.plan.wedge_after_disconnects or not client_gone(self.connection):
+            return False
+        self.plan.hung_up()
+        self.close_connection = True
+        return True
+
     def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+        if self._hung_up():
+            return
         damage = BODY_SHAPES.get(getattr(self, "shape", None) or "")
         if status == 200 and isinstance(body, dict) and "choices" in body:
             body = suspicious(body, self.plan, getattr(self, "crowded", False))
@@ -174,6 +223,8 @@ class FaultHandler(_Handler):
         write_reply(self, damage[0](body, self.request_seen))
 
     def _stream(self, events: list[dict]) -> None:
+        if self._hung_up():
+            return
         if getattr(self, "over_report", False):
             events = [over_billed(event, self.request_seen.max_tokens) for event in events]
         damage = STREAM_SHAPES.get(getattr(self, "shape", None) or "")
@@ -192,6 +243,7 @@ def serve_faults(uri: str, plan: FaultPlan, *, model_name: str = "hostile",
     thread.start()
 
     def stop() -> None:
+        plan.released.set()
         httpd.shutdown()
         httpd.server_close()
         engine.close()
