@@ -29,10 +29,13 @@ against the float32 CPU baseline) has splits above tau and is called a bug, whic
 truth about that pair; a baseline with the same noise (`--baseline
 "reference:?fault=logit_noise&seed=1"`) calibrates tau above those splits.
 
-The run also counts A/A greedy flips (positions where the incremental token is not the
-one-pass argmax, and batch-vs-alone divergences) per token of exposure; `near_tie_excess`
-compares the candidate's near-tie rate with that by Fisher's exact test. A large excess
-means the verifier runs at a different precision than the baseline.
+The calibration also counts its own A/A greedy flips (positions where the incremental token is
+not the one-pass argmax, and batch-vs-alone divergences): a description of the baseline, too
+few tokens (3 prompts) to test a rate against. The near-tie family (equivalence/near_tie_rate.py)
+counts flips on every greedy prompt of the run instead, on the baseline's answers (its A/A
+exposure) and on the candidate's, and compares the two rates with `near_tie_excess` (an exact
+test of two Poisson rates). A large excess means the verifier runs at a different precision
+than the baseline.
 
 The result is cached per run: under xdist one worker computes it while the others wait on
 a FileLock and read the JSON. A user who knows their hardware's noise can pin tau by hand:
@@ -128,15 +131,19 @@ def argmax_flips(*, tokens: Sequence[int], scored: Sequence[TokenLogprobs]) -> l
 
 
 def near_tie_excess(*, ab_near_ties: int, ab_tokens: int, aa_near_ties: int, aa_tokens: int) -> float | None:
-    """One-sided Fisher exact p-value that the A/B near-tie rate per token exceeds the A/A rate.
+    """One-sided exact p-value that the A/B near-tie rate per token exceeds the A/A rate (two Poisson rates:
+    given K events in all, the A/B count is Binomial(K, ab_tokens / (ab_tokens + aa_tokens)) when they are equal).
 
     None when either side has no exposure (nothing to compare).
     """
     if ab_tokens <= 0 or aa_tokens <= 0:
         return None
-    from scipy.stats import fisher_exact
-    table = [[ab_near_ties, max(0, ab_tokens - ab_near_ties)], [aa_near_ties, max(0, aa_tokens - aa_near_ties)]]
-    return float(fisher_exact(table, alternative="greater").pvalue)
+    total = ab_near_ties + aa_near_ties
+    if total == 0:
+        return 1.0
+    from scipy.stats import binomtest
+    share = ab_tokens / (ab_tokens + aa_tokens)
+    return float(binomtest(ab_near_ties, total, share, alternative="greater").pvalue)
 
 
 def _greedy(prompt_ids: Sequence[int], max_tokens: int, logprobs: int | None, request_id: str) -> Request:

@@ -1,9 +1,9 @@
 """Fixtures shared by the equivalence checks: lean prompt picks.
 
-Checks that are costly per prompt (boundary sweeps, logprobs, streaming, seeds) run on a
-few "lean" prompts, one per class (source, category) in order, instead of the whole prompt set, so the
-default suite stays inside its time budget. The chat shape (equivalence/chat.py) takes a few chat
-prompts (`chat_prompt`, `chat_lean_prompt`). Every check sends a record's `fitted_prompts`
+Checks that are costly per prompt (boundary sweeps, logprobs, streaming, seeds) run on
+LEAN_PROMPTS (2) "lean" prompts, the first of each class (source, category) in turn, not one per class
+and not the whole prompt set, so the default suite stays inside its time budget. The chat shape
+(equivalence/chat.py) takes a few chat prompts (`chat_prompt`, `chat_lean_prompt`). Every check sends a record's `fitted_prompts`
 ids (sized into the pair's context, fixtures/prompts/fit.py), never the record's text. The A/A
 calibration fixture lives with the route fixtures (fixtures/route_fixtures.py): the stressors judge
 near-ties with the same tau.

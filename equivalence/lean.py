@@ -1,6 +1,8 @@
 """Lean prompt picks: a few varied prompts for checks that are costly per prompt, and for the A/A calibration.
 
-The first prompt of each class (source, category), round-robin (fixtures/prompts/prompt_set.py lean_picks).
+`pick_lean(records, n)` takes n prompts: the first prompt of each class (source, category) in turn, round-robin
+(fixtures/prompts/prompt_set.py lean_picks). n is the caller's budget, not the number of classes: the lean checks
+take 2 (equivalence/conftest.py LEAN_PROMPTS), so with more than two classes not every class gets a prompt.
 """
 from __future__ import annotations
 

@@ -4,22 +4,32 @@ Why: vLLM (to about v0.13) turned speculation off for requests with logprobs or 
 llama.cpp speculated only on the first chat request (llama.cpp#19231). Answers stay correct, so every parity
 check passes for those features without ever exercising the speculative path: the route is "verified" where
 it was never tested. Where the engine states drafting per answer (llama.cpp `timings.draft_n`, SGLang
-`meta_info`, the in-process engines), each request family's answers say whether they were drafted for. A
-family none of whose answers speculated while plain requests did is a finding ("speculation silently off
-for X"), and the parity rows of the checks that judge that feature are "not verified on the speculative
-path". A route that states nothing per answer (vLLM: server-wide /metrics counters only) cannot be judged
-this way: not verified.
+`meta_info`, the in-process engines), each request family's answers say whether they were drafted for.
+
+REQUESTS answers of a family and as many plain ones: the share of each that speculated (drafted tokens > 0, from
+each answer's own counters) is compared by Fisher's exact test, one-sided (the family speculates less), at the
+run's alpha. A family speculating on its first request only (1 of 10) is caught as surely as one that never does
+(0 of 10); an engine whose plain answers speculate only sometimes (an n-gram drafter finding no match) is not
+charged for a family that does the same. The family claims to see a family share down to DETECT_RATIO of the plain
+share with power 0.9; when the plain share is too low, or too few answers stated their drafting, to see that, the
+row is "not verified" and says the share it could see. A family found off makes the parity rows of the checks that
+judge that feature "not verified on the speculative path". A route that states nothing per answer (vLLM:
+server-wide /metrics counters only) cannot be judged this way: not verified.
 Environment: none.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from spec_route_suite.routes.base import Completion, Request, ResponseFormat
 
 MAX_TOKENS = 24   # several draft blocks: a speculating engine drafts on every one of them
 PART = "on the speculative path"
+REQUESTS = 10     # per family, and as many plain: 1 of 10 against 10 of 10 is Fisher p = 6e-5
+DETECT_RATIO = 0.25   # claimed: a family speculating on a quarter of the plain share or less, power 0.9
+POWER = 0.9
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,80 @@ class Share:
         return f"{self.speculated} of {self.stated} answers speculated"
 
 
-def silently_off(family: Share, plain: Share) -> bool:
-    """The family never speculated while plain requests did (both stated per answer)."""
-    return family.stated > 0 and family.speculated == 0 and plain.speculated > 0
+def drop_pvalue(family: Share, plain: Share) -> float | None:
+    """One-sided Fisher exact p-value that the family's share of speculating answers is below the plain one's."""
+    if not family.stated or not plain.stated:
+        return None
+    from scipy.stats import fisher_exact
+    table = [[family.speculated, family.stated - family.speculated],
+             [plain.speculated, plain.stated - plain.speculated]]
+    return float(fisher_exact(table, alternative="less").pvalue)
+
+
+def drop_power(*, family_rate: float, plain_rate: float, family_n: int, plain_n: int, alpha: float) -> float:
+    """Probability that the test rejects at `alpha` when family answers speculate at `family_rate` and plain ones at
+    `plain_rate` (each answer independently), with these numbers of stated answers."""
+    import numpy as np
+    from scipy import stats
+    return float(stats.binom.pmf(np.arange(family_n + 1), family_n, family_rate) @ _rejects(family_n, plain_n, alpha)
+                 @ stats.binom.pmf(np.arange(plain_n + 1), plain_n, plain_rate))
+
+
+@lru_cache(maxsize=64)
+def _rejects(family_n: int, plain_n: int, alpha: float):
+    """1.0 where (family speculated, plain speculated) counts reject at `alpha`."""
+    import numpy as np
+    return np.array([[drop_pvalue(Share(family_n, family_n, kf), Share(plain_n, plain_n, kp)) < alpha
+                      for kp in range(plain_n + 1)] for kf in range(family_n + 1)], dtype=float)
+
+
+def detectable_share(*, plain_rate: float, family_n: int, plain_n: int, alpha: float) -> float:
+    """The highest family share of speculating answers the test sees with POWER (0.0 when even none is not seen)."""
+    from scipy.optimize import brentq
+
+    def beyond_target(rate: float) -> float:   # falls as the family's share rises towards the plain one
+        return drop_power(family_rate=rate, plain_rate=plain_rate, family_n=family_n, plain_n=plain_n,
+                          alpha=alpha) - POWER
+    if not family_n or not plain_n or beyond_target(0.0) < 0:
+        return 0.0
+    return max(0.0, float(brentq(beyond_target, 0.0, plain_rate, xtol=1e-5)) - 1e-5)   # where power >= POWER
+
+
+@dataclass(frozen=True)
+class DropVerdict:
+    """One family's speculation share against the plain requests' at the run's alpha, and what it could see."""
+
+    family: Share
+    plain: Share
+    alpha: float
+    p_value: float | None
+    detectable: float      # the highest family share seen with POWER at this plain share and these answers
+
+    @classmethod
+    def of(cls, family: Share, plain: Share, *, alpha: float) -> "DropVerdict":
+        detectable = detectable_share(plain_rate=plain.rate or 0.0, family_n=family.stated, plain_n=plain.stated,
+                                      alpha=alpha)
+        return cls(family, plain, alpha, drop_pvalue(family, plain), detectable)
+
+    @property
+    def off(self) -> bool:
+        return self.p_value is not None and self.p_value < self.alpha
+
+    @property
+    def powered(self) -> bool:
+        return self.plain.rate is not None and self.detectable >= DETECT_RATIO * self.plain.rate
+
+    def could_detect(self, family: str) -> str:
+        return (f"speculation silently off for {family} requests, or on part of them (llama.cpp#19231: the first "
+                f"chat request only): a {family} share of speculating answers of {self.detectable:.2f} or less "
+                f"against the plain share {self.plain.rate or 0:.2f} ({self.family.stated} against "
+                f"{self.plain.stated} answers stating their drafting), power {POWER:g} at alpha {self.alpha:g}")
+
+    def shortfall(self, family: str) -> str:
+        if self.powered:
+            return ""
+        claimed = DETECT_RATIO * (self.plain.rate or 0)
+        return (f"{self.family.stated} {family} and {self.plain.stated} plain answers stated their drafting (plain "
+                f"requests: {self.plain.phrase()}): the test sees a {family} share of "
+                f"{self.detectable:.2f} or less, not the {DETECT_RATIO:g} x plain share ({claimed:.2f}) this family "
+                f"claims")

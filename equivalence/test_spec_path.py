@@ -1,14 +1,16 @@
 """Speculation per request family: logprobs, penalties, chat, n > 1 and json requests must speculate like plain ones.
 
-equivalence/spec_path.py says why and how. Per family, a few greedy requests of that family and the same
-requests plain go to the candidate; each answer states how many tokens were drafted for it (where the engine
-says so per answer). The share that speculated is recorded per family; a family that never speculates while
-plain requests do fails with "speculation silently off for X", and the parity rows of that feature are
-recorded "not verified on the speculative path". A family the route refuses (400, a documented refusal) is
-"not supported" and skipped; a route that states no per-answer drafting is "not verified".
+equivalence/spec_path.py says why and how. Per family, REQUESTS greedy requests of that family and as many
+plain ones go to the candidate (the prompts cycled when the run has fewer, each send its own request); each answer
+states how many tokens were drafted for it (where the engine says so per answer). The shares that speculated are
+compared by Fisher's exact test at the run's alpha: a family that speculates less fails with "speculation silently
+off for X", and the parity rows of that feature are recorded "not verified on the speculative path"; the coverage
+row says the smallest share it could tell from the plain one. A family the route refuses (400, a documented
+refusal) is "not supported" and skipped; a route that states no per-answer drafting is "not verified".
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.delivery import is_dropped
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.equivalence.spec_path import BY_NAME, FAMILIES, MAX_TOKENS, Share, silently_off
+from spec_route_suite.equivalence.spec_path import BY_NAME, FAMILIES, MAX_TOKENS, REQUESTS, DropVerdict, Share
 from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
 from spec_route_suite.routes.base import Request
@@ -25,7 +27,6 @@ from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import spec_path_repro
 
 pytestmark = pytest.mark.check("spec-path")
-PROMPTS = 2
 CHAT_CHOICES = 4   # chat prompts tried per one sent: those the server renders longer than the context are left out
 
 
@@ -35,16 +36,23 @@ def _requests(family, candidate, tokenizer, fitted_prompts, suite_config) -> tup
     request it must refuse is never sent."""
     if family.name == "chat":
         sized = (chat_request(tokenizer, r.messages, max_tokens=MAX_TOKENS, request_id=f"spec-chat-{r.id}")
-                 for r in chat.chat_records(suite_config, PROMPTS * CHAT_CHOICES))
-        family_reqs = list(itertools.islice((r for r in sized if not fitted_prompts.fit.misfit(r, (candidate,))),
-                                            PROMPTS))
+                 for r in chat.chat_records(suite_config, REQUESTS * CHAT_CHOICES))
+        fitting = list(itertools.islice((r for r in sized if not fitted_prompts.fit.misfit(r, (candidate,))),
+                                        REQUESTS))
+        family_reqs = [dataclasses.replace(r, request_id=f"spec-chat-{n}-{r.request_id.removeprefix('spec-chat-')}")
+                       for n, r in enumerate(_cycled(fitting))]
         plain = [Request(prompt_ids=r.prompt_ids, max_tokens=MAX_TOKENS, request_id=f"spec-plain-chat-{n}")
                  for n, r in enumerate(family_reqs)]
         return plain, family_reqs
-    records = pick_lean(prompt_pool(suite_config), PROMPTS)
+    records = _cycled(pick_lean(prompt_pool(suite_config), REQUESTS))
     plain = [Request(prompt_ids=fitted_prompts.ids(r, max_tokens=MAX_TOKENS), max_tokens=MAX_TOKENS,
-                     request_id=f"spec-plain-{r.id}") for r in records]
+                     request_id=f"spec-plain-{n}-{r.id}") for n, r in enumerate(records)]
     return plain, [family.make(p) for p in plain]
+
+
+def _cycled(records: list) -> list:
+    """REQUESTS records, the run's own cycled when it has fewer (each send is its own request: a distinct id)."""
+    return [records[n % len(records)] for n in range(REQUESTS)] if records else []
 
 
 @pytest.mark.parametrize("family_name", [f.name for f in FAMILIES])
@@ -77,16 +85,19 @@ def test_speculation_runs_for_every_request_family(family_name, candidate, basel
     share = Share.of(answers)
     findings.measure("speculation_share", route=candidate.name, family=family.name, answers=share.answers,
                      stated=share.stated, speculated=share.speculated, plain_stated=plain.stated,
-                     plain_speculated=plain.speculated)
+                     plain_speculated=plain.speculated, draft_tokens=[a.draft_tokens for a in answers])
     if not share.stated or not plain.stated:
         pytest.skip(f"not verified: '{candidate.name}' states no drafting per answer, so whether {family.name} "
                     f"requests speculate cannot be seen")
     if not plain.speculated:
         pytest.skip(f"not verified: plain requests did not speculate on '{candidate.name}' either ({plain.phrase()}): "
                     f"the speculation status of the run says why")
-    findings.cover("spec-path", candidate.name, verified=True, could_detect=could,
-                   ran={"family answers": share.stated, "answers that speculated": share.speculated})
-    if not silently_off(share, plain):
+    drop = DropVerdict.of(share, plain, alpha=suite_config.alpha)
+    findings.cover("spec-path", candidate.name, verified=drop.powered, could_detect=drop.could_detect(family.name),
+                   ran={"family answers": share.stated, "answers that speculated": share.speculated,
+                        "plain answers": plain.stated, "plain answers that speculated": plain.speculated},
+                   reason=drop.shortfall(family.name))
+    if not drop.off:
         return
     for check, part in family.parity:
         findings.cover(check, candidate.name, verified=False, part=part, could_detect=f"{check} on speculated answers",
@@ -94,9 +105,11 @@ def test_speculation_runs_for_every_request_family(family_name, candidate, basel
                               f"{family.name} requests on '{candidate.name}' ({share.phrase()}; plain: "
                               f"{plain.phrase()})")
     title = (f"speculation silently off for {family.name} requests: {share.phrase()}, while plain requests did "
-             f"({plain.phrase()})")
+             f"({plain.phrase()}; Fisher p={drop.p_value:.2g})")
     findings.add(Finding(check="spec-path", severity="bug", route=candidate.name, title=title,
                          details={"family": family.name, "family_share": share.phrase(), "plain_share": plain.phrase(),
+                                  "p_value": drop.p_value, "alpha": suite_config.alpha,
+                                  "could_detect": drop.could_detect(family.name),
                                   "parity_rows_not_verified": [f"{c}: {p}" for c, p in family.parity],
                                   "requests": [r.request_id for r in family_reqs],
                                   "draft_tokens": [a.draft_tokens for a in answers],

@@ -2,9 +2,11 @@
 
 Each run's variants share a prefix no cache has seen (a fresh nonce in the system message). `cache_sequence`
 sends them in the order that makes the cache hit; every repeat must equal the prompt's first output, each
-variant's first output (computed with a warm prefix) must equal the baseline's, and the route must stay
-healthy. A baseline that batches runs the same sequence (stressors/control.py): its first outputs are the
-parity reference, and its own cache-dependent repeats make the candidate's engine behaviour. Environment: none.
+variant's first output (computed with a warm prefix) must equal the baseline's first output for it, and the route
+must stay healthy. A baseline that batches runs the same sequence (stressors/control.py): its first outputs are the
+parity reference, and its own cache-dependent repeats make the candidate's engine behaviour. The reference is cold
+for the first variant, and for the others only where the baseline has no prefix cache (`reference_kind` says
+which, in the summary finding). Environment: none.
 """
 from __future__ import annotations
 
@@ -71,6 +73,16 @@ def cache_sequence(route, variants, *, nonce: str, max_tokens: int, concurrency:
                f"{outcome.key} in a burst of {len(subs)} at concurrency {concurrency}: first "
                f"{first[outcome.key].text!r}, cached {outcome.completion.text!r}")
     return CacheRun(first=first, answers=answers, burst=run, changed=changed, compared=compared, burst_plan=subs)
+
+
+def reference_kind(baseline) -> str:
+    """What the parity reference is: the baseline's first output for each variant, cold only where it has no cache."""
+    cache = (baseline.inventory().extra or {}).get("prefix_cache")
+    if cache is False:
+        return "cold: the baseline states it has no prefix cache, so each of its first outputs is computed cold"
+    state = "has a prefix cache" if cache else "does not state whether it has a prefix cache"
+    return (f"cold for the first variant only: the baseline {state}, and its first outputs for the other variants "
+            f"come after the shared prefix was sent to it (a cache bug both engines share is not seen here)")
 
 
 def cover_cache_hits(findings, candidate, completions, witness: LoadWitness) -> None:
@@ -167,6 +179,7 @@ class PrefixCacheCheck:
                    f"baseline; {comparison.control_text()}")
         findings.add(Finding(check=CHECK, severity="info", route=candidate.name, title=summary,
                              details={"nonce": self.nonce, "budget": budget.describe(),
+                                      "reference": reference_kind(self.pair.baseline),
                                       "load_control": comparison.as_details()}))
         if not healthy:
             findings.add(Finding(check=CHECK, severity="error", route=candidate.name,

@@ -6,10 +6,13 @@ wrongly (sglang#19796, sglang#32459). Each run uses a shared prefix no cache has
 same prompt again (full hit), the other variants sharing the prefix (partial hits), all
 of them again serially and in one burst (full hits, batched). Every repeat must equal the
 prompt's first output; each variant's first output, computed with a warm prefix, must
-equal the baseline's (an independent cold computation). The route must still be healthy.
+equal the baseline's first output for it. The route must still be healthy.
 A baseline that batches runs the same sequence (stressors/control.py): its first outputs are the parity
 reference, and repeats that differ on it too make the candidate's cache-dependent outputs engine behaviour,
-charged only by their excess.
+charged only by their excess; a baseline that does not sends each variant alone, in the same order. Either way
+the reference is a cold computation for the first variant only, and for the others only on a baseline without a
+prefix cache: on one with its own cache they come after the shared prefix was cached there too, so a cache bug
+both engines share is not seen by this comparison (the summary finding says which reference it had).
 """
 from __future__ import annotations
 

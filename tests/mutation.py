@@ -130,6 +130,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # its own run (the correct engine with the same prefill chunk beside it), on the stated-boundary sweep only
     Mutant("chunk_edge_off_by_one", "boundary", engine=(("prefill_chunk", "48"),), args=("-k", "stated_boundaries")),
     Mutant("spec_off_for_logprobs", "spec-path"),
+    Mutant("spec_first_chat_only", "spec-path"),   # llama.cpp#19231: chat speculates on its first request only
     Mutant("preempt_loses_draft_state", "kv-pressure", engine=(("kv_capacity", "768"),)),
     Mutant("batch_threshold", "batch-ramp"),
     # the chat server's parsers fed verified blocks: on pair 2, whose model calls tools and reasons (the first pair

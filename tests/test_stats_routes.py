@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spec_route_suite.equivalence.distribution import GRID, run_check, setting_alpha
-from spec_route_suite.equivalence.distribution_plan import gate_level
+from spec_route_suite.equivalence.distribution import GRID
 from spec_route_suite.equivalence.distribution_prompts import greedy_path_rows, position_entropies, select_prompts
 from spec_route_suite.equivalence.distribution_routes import RouteArm, RouteScorer
-from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
-from spec_route_suite.equivalence.stats.planner import plan_budget
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.fixtures.prompts.records import load_prompt_set
@@ -25,7 +22,8 @@ from spec_route_suite.session import RouteHandle
 ALPHA = 0.01
 PLAN = SequentialPlan()
 TOKENS = 5
-AA_RUNS = 3  # route verdicts (three grid settings each) on the real models; ~15 s of CPU each, batched on both arms
+AA_RUNS = 200   # route verdicts (every grid setting each) on the real models: enough to fail a 5% false-alarm rate
+AA_TOKENS = 3
 
 
 @pytest.fixture(scope="module")
@@ -71,36 +69,51 @@ def test_batched_sampling_matches_one_request_at_a_time(hf):
     assert result.pvalue > 1e-3, (result, part.describe())
 
 
+def aa_bound(runs: int, alpha: float) -> int:
+    """The most false alarms a procedure at level `alpha` shows in `runs` A/A verdicts, but for a 0.5% chance."""
+    return int(stats.binom.isf(0.005, runs, alpha))
+
+
+def test_the_aa_bound_fails_a_procedure_at_five_percent():
+    """The assertion below is one a miscalibrated procedure fails: at a true false-alarm rate of 5% (five times
+    alpha) it fails with probability 0.88; a calibrated one passes with probability above 0.995."""
+    bound = aa_bound(AA_RUNS, ALPHA)
+    assert stats.binom.sf(bound, AA_RUNS, 0.05) > 0.85 and stats.binom.sf(bound, AA_RUNS, ALPHA) < 0.005
+
+
 def test_aa_false_alarms_on_the_real_tiny_models(hf):
-    """The baseline against itself with independent seeds: the whole family, every grid setting."""
+    """The null the default run faces, on the real models: the AR baseline against the correct speculative engine
+    (the reference engine, same weights), the whole family at every grid setting in the scoring design (the
+    baseline scores; its samples are the premise control, the two-sample test the fallback), AA_RUNS route verdicts
+    on independent seeds at alpha 0.01, planned for TV 0.2 (the CI budget) on the shortest prompt of highest entropy
+    (3 tokens: one verdict costs about a second). At most aa_bound(AA_RUNS, alpha) false alarms."""
+    from spec_route_suite.equivalence.exact_verdict import ExactBaseline, verdict
+    from spec_route_suite.routes.spec import parse_route_uri
     handle, ids, vocab = hf
-    prompts = 3
-    chosen = {}
-    for setting in GRID:
-        chosen[setting] = [ids[i] for i in select_prompts(_entropies(handle, ids, vocab, setting), prompts)]
-    budget = plan_budget(detect_tv=0.2, level=gate_level(ALPHA, PLAN), power=0.9, prompts=prompts, tokens=TOKENS,
-                         inflation=PLAN.inflation)
+    spec = parse_route_uri("reference", "reference:", base=Path(__file__).resolve().parent.parent, environ={})
+    speculative = RouteHandle(build_route(spec), spec, handle.loop, 300)
+    short = sorted(range(len(ids)), key=lambda i: len(ids[i]))[:20]
+    prompt = [ids[short[select_prompts(_entropies(handle, [ids[i] for i in short], vocab, GRID[0], AA_TOKENS),
+                                       1)[0]]]]
+    exact = ExactBaseline(RouteScorer(handle, prompt, vocab=vocab), stop_ids=(handle.route.tokenizer.eos_token_id,))
     alarms = 0
     for run in range(AA_RUNS):
-        failed = False
-        for setting in GRID:
-            prompt_ids = chosen[setting]
-            oracle = ProbabilityOracle(RouteScorer(handle, prompt_ids, vocab=vocab), setting)
-            result = run_check(baseline=RouteArm(handle, prompt_ids, tokens=TOKENS),
-                               candidate=RouteArm(handle, prompt_ids, tokens=TOKENS), prompts=prompts,
-                               setting=setting, budget=budget, alpha=setting_alpha(ALPHA), seed=run, oracle=oracle,
-                               plan=PLAN)
-            failed |= result.failed
-        alarms += failed
-    print(f"\nreal tiny models A/A: {alarms}/{AA_RUNS} route verdicts failed (alpha {ALPHA})")
-    assert alarms <= int(stats.binom.isf(0.005, AA_RUNS, ALPHA))
+        results = verdict(exact, RouteArm(handle, prompt, tokens=AA_TOKENS), RouteArm(speculative, prompt,
+                          tokens=AA_TOKENS), prompts=1, tokens=AA_TOKENS, seed=run, detect_tv=0.2, alpha=ALPHA,
+                          plan=PLAN)
+        alarms += results[-1].failed
+    speculative.close()
+    low, high = stats.binomtest(alarms, AA_RUNS).proportion_ci(0.95)
+    print(f"\nreal tiny models, AR baseline vs the correct speculative engine: {alarms}/{AA_RUNS} route verdicts "
+          f"failed (95% CI {low:.3f}-{high:.3f}; alpha {ALPHA}, bound {aa_bound(AA_RUNS, ALPHA)})")
+    assert alarms <= aa_bound(AA_RUNS, ALPHA), f"{alarms} false alarms in {AA_RUNS} A/A verdicts at alpha {ALPHA}"
 
 
-def _entropies(handle, ids, vocab, setting):
+def _entropies(handle, ids, vocab, setting, tokens=TOKENS):
     scorer = RouteScorer(handle, ids, vocab=vocab)
-    paths = [greedy_path_rows(handle, p, TOKENS, lambda prompt, path, i=i: scorer.score_many(i, [path])[0])
+    paths = [greedy_path_rows(handle, p, tokens, lambda prompt, path, i=i: scorer.score_many(i, [path])[0])
              for i, p in enumerate(ids)]
-    return [position_entropies(rows, path, setting, TOKENS) for path, rows in paths]
+    return [position_entropies(rows, path, setting, tokens) for path, rows in paths]
 
 
 def test_prompt_choice_covers_the_first_token_and_the_bonus_position():
