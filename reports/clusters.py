@@ -1,19 +1,27 @@
-"""Findings clustered by root cause: one entry per (check, route, kind, signature) with a count and examples.
+"""Findings clustered by cause: one entry per cause on a route, with every check that saw it, a count and examples.
 
-Why: one cause shows up once per prompt. A server whose context is smaller than the suite was told fails every
-long greedy prompt with the same refusal; a stream that drops its last token does so on every prompt. A
-maintainer wants one report with "14 of 70 prompts", not 14 reports. The signature is the finding's title
-with what varies per request taken out (its prompt id, the request id in an error, quoted text, numbers other
-than an HTTP status), unless the check states one (`details["signature"]`): the same error text, the same
-first-split pattern, the same broken rule. Engine notes and info lines are not clustered (the summary lists
-engine behaviour apart; info is context). Environment: none.
+Why: one cause shows up once per prompt, per variant and per check. A server whose context is smaller than the
+suite was told fails every long greedy prompt with the same refusal; a server that counts an accepted block
+before sending it ends answers short in the boundary sweep (each variant), the stop-string sweep (each prompt),
+the greedy and feature checks and the n-choice usage checks. A maintainer wants one report that lists every
+check it broke ("77 findings in boundary, features, distribution, chat"), not 28. A cause is, in order:
+- a bug whose answers show a shape (reports/shapes.py: how the answer ended, e.g. "ends before max_tokens while
+  usage counts tokens never returned"), across checks;
+- a route error's signature (the same failure in the server's words), across checks;
+- otherwise the check and the finding's signature: its title with what varies per request taken out (its prompt
+  id, the request id in an error, quoted text, numbers other than an HTTP status), unless the check states one
+  (`details["signature"]`): the same first-split pattern, the same broken rule.
+Engine notes and info lines are not clustered (the summary lists engine behaviour apart; info is context).
+Environment: none.
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any, Sequence
 
 from spec_route_suite.reports.coverage import ANY_ROUTE, route_of_test
+from spec_route_suite.reports.shapes import shape_of
 
 CLUSTERED = ("bug", "error", "near-tie", "warning")   # in the order the summary lists them
 EXAMPLES = 5
@@ -39,30 +47,67 @@ def kind_of(finding: dict[str, Any]) -> str:
     return f"{finding['severity']}/{error}" if finding.get("severity") == "error" and error else finding["severity"]
 
 
+def cause_of(finding: dict[str, Any]) -> tuple[str, str, str]:
+    """(scope, signature, shape key) of the finding's cause: scope is its check for a cause of one check, "" for
+    one that crosses checks (an answer shape, a route error)."""
+    if finding.get("severity") == "bug":
+        shape = shape_of(finding)
+        if shape is not None:
+            return "", f"answer shape: {shape.phrase}", shape.key
+    if finding.get("severity") == "error":
+        return "", signature(finding), ""
+    return finding["check"], signature(finding), ""
+
+
 def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[str, Any]] = (),
                      candidates: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Clusters, most severe first and then the largest; `id` numbers them from 1 (the repro and issue files'
-    NNN). `of` is how many tests of that check ran on that route, for "N of M"."""
-    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    NNN). `check` is the check with most of the cluster's findings (it names the files), `checks` every check
+    that saw the cause, each with its findings, tests and how many of its tests ran on the route (`of`)."""
+    groups: dict[tuple[str, str, str, str, str], list[int]] = {}
     for index, finding in enumerate(findings):
         if finding.get("severity") in CLUSTERED:
-            key = (finding["check"], finding["route"], kind_of(finding), signature(finding))
-            groups.setdefault(key, []).append(index)
-    ordered = sorted(groups.items(), key=lambda item: (CLUSTERED.index(item[0][2].split("/")[0]), -len(item[1]),
+            scope, sig, shape = cause_of(finding)
+            groups.setdefault((finding["route"], kind_of(finding), scope, sig, shape), []).append(index)
+    ordered = sorted(groups.items(), key=lambda item: (CLUSTERED.index(item[0][1].split("/")[0]), -len(item[1]),
                                                        item[1][0]))
     clusters = []
-    for number, ((check, route, kind, sig), members) in enumerate(ordered, start=1):
+    for number, ((route, kind, _, sig, shape), members) in enumerate(ordered, start=1):
+        per_check = _per_check(findings, members, tests=tests, route=route, candidates=candidates)
+        main = per_check[0]
+        # the main check's findings first: the issue quotes the first one, the repro script resends its requests
+        members = sorted(members, key=lambda i: ([c["check"] for c in per_check].index(findings[i]["check"]), i))
         first = findings[members[0]]
         prompts = list(dict.fromkeys(findings[i].get("prompt_id") for i in members if findings[i].get("prompt_id")))
         clusters.append({
-            "id": number, "check": check, "route": route, "severity": first["severity"], "kind": kind,
-            "signature": sig, "count": len(members), "findings": members, "title": first["title"],
+            "id": number, "check": main["check"], "checks": per_check, "route": route,
+            "severity": first["severity"], "kind": kind, "signature": sig, "shape": shape or None,
+            "count": len(members), "findings": members,
+            "title": f"{sig.removeprefix('answer shape: ')} ({_checks_phrase(per_check)})" if shape else first["title"],
             "prompts": prompts[:EXAMPLES], "prompts_total": len(prompts),
             "tests": list(dict.fromkeys(findings[i].get("test_id", "") for i in members))[:EXAMPLES],
             "tests_total": len({findings[i].get("test_id", "") for i in members}),
-            "of": _tests_of(tests, check=check, route=route, candidates=candidates),
+            "of": sum(c["of"] for c in per_check),
         })
     return clusters
+
+
+def _per_check(findings: Sequence[dict[str, Any]], members: Sequence[int], *, tests: Sequence[dict[str, Any]],
+               route: str, candidates: Sequence[str]) -> list[dict[str, Any]]:
+    """The checks of a cluster's findings, most findings first (then first seen): count, tests, an example."""
+    counts = Counter(findings[i]["check"] for i in members)
+    order = list(dict.fromkeys(findings[i]["check"] for i in members))
+    rows = []
+    for check in sorted(order, key=lambda c: (-counts[c], order.index(c))):
+        mine = [findings[i] for i in members if findings[i]["check"] == check]
+        rows.append({"check": check, "count": counts[check], "title": mine[0]["title"],
+                     "tests_total": len({f.get("test_id", "") for f in mine}),
+                     "of": _tests_of(tests, check=check, route=route, candidates=candidates)})
+    return rows
+
+
+def _checks_phrase(per_check: Sequence[dict[str, Any]]) -> str:
+    return "seen by " + ", ".join(f"{c['check']} ({c['count']})" for c in per_check)
 
 
 def _tests_of(tests: Sequence[dict[str, Any]], *, check: str, route: str, candidates: Sequence[str]) -> int:
@@ -74,8 +119,20 @@ def _tests_of(tests: Sequence[dict[str, Any]], *, check: str, route: str, candid
 
 
 def frequency(cluster: dict[str, Any]) -> str:
-    """How often: "3 finding(s) on 3 prompt(s), in 3 of 70 greedy test(s) on `candidate`"."""
+    """How often: "3 finding(s) on 3 prompt(s), in 3 of 70 greedy test(s) on `candidate`"; a cause several checks
+    saw names each: "... in 12 of 40 boundary test(s), 2 of 9 chat test(s) on `candidate`"."""
     prompts = f" on {cluster['prompts_total']} prompt(s)" if cluster.get("prompts_total") else ""
-    of = f" of {cluster['of']}" if cluster.get("of") else ""
-    return (f"{cluster['count']} finding(s){prompts}, in {cluster['tests_total']}{of} {cluster['check']} test(s) "
-            f"on `{cluster['route']}`")
+    per_check = cluster.get("checks") or [{"check": cluster["check"], "tests_total": cluster["tests_total"],
+                                           "of": cluster.get("of")}]
+    tests = ", ".join(_tests_phrase(c) for c in per_check)
+    return f"{cluster['count']} finding(s){prompts}, in {tests} on `{cluster['route']}`"
+
+
+def _tests_phrase(row: dict[str, Any]) -> str:
+    of = f" of {row['of']}" if row.get("of") else ""
+    return f"{row['tests_total']}{of} {row['check']} test(s)"
+
+
+def checks_of(cluster: dict[str, Any]) -> str:
+    """The checks that saw a cluster's cause, for a table cell: "boundary" or "boundary, features, chat"."""
+    return ", ".join(c["check"] for c in cluster.get("checks") or [{"check": cluster["check"]}])

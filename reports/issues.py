@@ -1,4 +1,5 @@
-"""One upstream-ready issue per finding cluster: issues/NNN-<engine>-<check>.md, shaped like the engine's own
+"""One upstream-ready issue per finding cluster, that is per cause (reports/clusters.py), with every check that saw it
+listed: issues/NNN-<engine>-<check>.md (the check with most of its findings), shaped like the engine's own
 bug template, under MAX_CHARS (a GitHub issue holds 65,536) whatever the prompts: a repro too long to quote
 (a long user prompt in its requests) is named by its path with its first lines quoted.
 
@@ -17,7 +18,7 @@ import platform
 from pathlib import Path
 from typing import Any, Callable
 
-from spec_route_suite.reports.clusters import frequency
+from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.repro import engine_of, slug
 
 MAX_CHARS = 60_000
@@ -84,6 +85,22 @@ def _evidence(report: dict[str, Any], cluster: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _checks(cluster: dict[str, Any]) -> str:
+    """Every check that saw the cause: its findings, its tests, the first finding's title."""
+    rows = cluster.get("checks") or []
+    if len(rows) < 2 and not cluster.get("shape"):
+        return ""
+    cause = (cluster["signature"].removeprefix("answer shape: ") if cluster.get("shape") else
+             f"the same {cluster['kind']}: {cluster['signature']}")
+    lines = [f"Every check that saw it (one cause: {cause}):",
+             "", "| check | findings | tests | first finding |", "|---|---|---|---|"]
+    for row in rows:
+        of = f" of {row['of']}" if row.get("of") else ""
+        title = str(row["title"])[:200].replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {row['check']} | {row['count']} | {row['tests_total']}{of} | {title} |")
+    return "\n".join(lines) + "\n\n"
+
+
 def _repro_section(run_dir: Path, cluster: dict[str, Any], *, curl: bool = True, script: bool = True) -> str:
     """The curl lines and the script, quoted whole; without the curl lines (`curl=False`) when both do not fit
     one issue (a load schedule resends every request in flight: the script alone says the same); with the
@@ -129,11 +146,13 @@ def render_issue(run_dir: Path, report: dict[str, Any], cluster: dict[str, Any])
     findings, route = report["findings"], cluster["route"]
     repro = (findings[cluster["findings"][0]].get("details") or {}).get("repro") or {}
     baseline = (repro.get("routes") or {}).get("baseline") or ((report.get("config") or {}).get("baseline") or {}).get("name")
+    checks = [f"`{c}`" for c in checks_of(cluster).split(", ")]
+    named = checks[0] + " check" if len(checks) == 1 else ", ".join(checks[:-1]) + f" and {checks[-1]} checks"
     data = {"title": cluster["title"][:200], "summary": (
-        f"Route `{route}` fails the `{cluster['check']}` check against its baseline `{baseline}` "
+        f"Route `{route}` fails the {named} against its baseline `{baseline}` "
         f"({cluster['severity']}): {frequency(cluster)}. The baseline answers the same requests without "
         f"speculation (the control); what it does the same way on the same request is engine behaviour, not "
-        f"reported here."),
+        f"reported here.\n\n{_checks(cluster)}").rstrip(),
         "environment": f"{_route_block(report, route)}\n\nbaseline (control):\n{_route_block(report, baseline)}\n"
                        f"os: {platform.platform()}",
         "command": _launch(report, route, cluster.get("repro_routes")),

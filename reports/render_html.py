@@ -15,7 +15,7 @@ from collections import Counter
 from html import escape
 from typing import Any
 
-from spec_route_suite.reports.clusters import frequency
+from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.coverage import COLUMNS, table_cells
 from spec_route_suite.reports.matrix import coverage_matrix, shown
 from spec_route_suite.reports.speed import shape, speed_rows
@@ -168,7 +168,7 @@ def _clusters(report: dict[str, Any]) -> str:
         links = " ".join(f"<a href='{escape(p)}'>{escape(p)}</a>" for p in [c.get("issue"), *(c.get("repro") or [])]
                          if p)
         items.append(f"<li><span class='sev-{escape(c['severity'])}'>[{escape(c['severity'])}]</span> "
-                     f"<b>{escape(c['check'])}</b> on <code>{escape(c['route'])}</code>: {escape(c['title'][:300])} "
+                     f"<b>{escape(checks_of(c))}</b> on <code>{escape(c['route'])}</code>: {escape(c['title'][:300])} "
                      f"<small>({escape(frequency(c))})</small><br>{links}</li>")
     return f"<h2>Findings: {len(clusters)} cause(s)</h2><ul>{''.join(items)}</ul>"
 

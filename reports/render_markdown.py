@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from spec_route_suite.reports import by_class
-from spec_route_suite.reports.clusters import frequency
+from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.compare import render_comparison
 from spec_route_suite.reports.matrix import coverage_matrix, shown
 from spec_route_suite.reports.speed import speed_section
@@ -77,7 +77,7 @@ def _clusters(report: dict[str, Any]) -> list[str]:
     for cluster in clusters[:CLUSTERS_SHOWN]:
         files = ", ".join(f"[{p.split('/')[-1]}]({p})" for p in [cluster.get("issue"), *(cluster.get("repro") or [])[:1]]
                           if p) or "-"
-        lines.append(f"| {cluster['id']} | {cluster['severity']} | {cluster['check']} | `{cluster['route']}` | "
+        lines.append(f"| {cluster['id']} | {cluster['severity']} | {checks_of(cluster)} | `{cluster['route']}` | "
                      f"{_md(frequency(cluster))} | {_md(_cut(cluster['title'], 220))} | {files} |")
     if len(clusters) > CLUSTERS_SHOWN:
         lines.append(f"\n... and {len(clusters) - CLUSTERS_SHOWN} more cause(s): report.json `clusters`, issues/.")

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from spec_route_suite.routes import answer_fields
 from spec_route_suite.routes.kinds import engine_of_kind, is_http_kind
-from spec_route_suite.reports.clusters import frequency
+from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.judge_source import judge_source, without_suite_only
 
 RUNTIME = Path(__file__).with_name("repro_runtime.py")
@@ -131,7 +131,7 @@ def render_script(report: dict[str, Any], cluster: dict[str, Any], data: dict[st
                         for side, info in routes.items())
     title = cluster["title"].replace('"""', "'''").replace("\\", "/")
     header = (f'#!/usr/bin/env python3\n"""Repro {cluster["id"]:03d}: {title[:300]}\n\n'
-              f'Check {cluster["check"]} ({cluster["severity"]}): {frequency(cluster)}.\n'
+              f'Check {checks_of(cluster)} ({cluster["severity"]}): {frequency(cluster)}.\n'
               f'Judge "{data["judge"]}": {JUDGES[data["judge"]]}.\n'
               f'Servers (override with --candidate-url / --baseline-url, or REPRO_CANDIDATE_URL / REPRO_BASELINE_URL):\n'
               f'{servers}\n'

@@ -28,8 +28,9 @@ def recorded(answer: Completion | None) -> dict[str, Any] | None:
     """What a route answered during the run, short: quoted by the script and the issue beside the live answers."""
     if answer is None:
         return None
-    return {"ids": list(answer.token_ids)[:64], "text": answer.text[:300], "finish": answer.finish_reason,
-            "usage": answer.usage_completion_tokens}
+    return {"ids": list(answer.token_ids)[:64], "tokens": len(answer.token_ids), "text": answer.text[:300],
+            "finish": answer.finish_reason, "usage": answer.usage_completion_tokens,
+            **({"text_level": True} if answer.text_level else {})}
 
 
 def _block(judge: str, case: dict[str, Any], *, candidate, baseline, attempts: int = 1) -> dict[str, Any]:
@@ -49,7 +50,8 @@ def parity_repro(requests: Sequence[Request], *, candidate, baseline, fields: Se
                              "history": [pair(r, candidate=candidate, baseline=baseline) for r in history] or None,
                              "fields": list(fields),
                              "recorded": {"baseline": [recorded(a) for a in expected],
-                                          "candidate": [recorded(a) for a in actual]}},
+                                          "candidate": [recorded(a) for a in actual],
+                                          "asked": [{"max_tokens": r.max_tokens, "n": r.n} for r in requests]}},
                   candidate=candidate, baseline=baseline, attempts=attempts)
 
 

@@ -32,7 +32,7 @@ FAULTS = {
     "close_mid_body", "stream_no_done", "stream_cut", "stream_two_finish", "stream_no_finish",
     "stream_error_event", "slow_stream", "no_prompt_logprobs", "reject_prompt_logprobs",
     "string_logprob_keys", "bare", "slow_answer", "no_spec_metrics", "unhealthy", "no_output_ids", "sglang_server_info_renamed",
-    "no_logprobs_with_tools_stream", "drop_once",
+    "no_logprobs_with_tools_stream", "drop_once", "refuse_n_500", "refuse_tools_500",
 }
 
 
@@ -318,6 +318,10 @@ class _Handler(BaseHTTPRequestHandler):
         if "drop_once" in faults:   # a transport drop: this request gets no answer, the next ones do
             faults.discard("drop_once")
             return self._cut()
+        if "refuse_n_500" in faults and body.get("n", 1) != 1:      # llama.cpp's words, and its status
+            return self._error(500, "Only one completion choice is allowed")
+        if "refuse_tools_500" in faults and body.get("tools"):      # llama.cpp started without --jinja
+            return self._error(500, "tools param requires --jinja flag")
         if "http500" in faults:
             return self._error(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.")
         if "http400" in faults:

@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "spec_route_suite.stressors.*", "spec_route_suite.reports.findings",
                 "spec_route_suite.reports.repro_spec")),
     ("findings", ("spec_route_suite.reports", "spec_route_suite.reports.collector", "spec_route_suite.reports.coverage",
-                  "spec_route_suite.reports.clusters", "spec_route_suite.reports.acceptance",
+                  "spec_route_suite.reports.clusters", "spec_route_suite.reports.shapes", "spec_route_suite.reports.acceptance",
                   "spec_route_suite.reports.by_class", "spec_route_suite.reports.parity",
                   "spec_route_suite.reports.matrix", "spec_route_suite.reports.compare",
                   "spec_route_suite.reports.redact", "spec_route_suite.reports.atomic")),
