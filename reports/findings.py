@@ -42,5 +42,13 @@ class Finding:
         return json.dumps(asdict(self), sort_keys=True, default=str)
 
     @classmethod
+    def from_route_error(cls, error: Any, *, check: str, **details: Any) -> "Finding":
+        """A route failure (a RouteError: HTTP error, timeout, dead connection) as the error finding naming its
+        request: the plugin records the ones a test raises, a protocol that carries on past a failed turn its own."""
+        return cls(check=check, severity="error", title=error.describe()[:300], route=error.route or "unknown",
+                   details={"error_kind": error.kind, "request_id": error.request_id, "detail": error.detail[:2000],
+                            **details})
+
+    @classmethod
     def from_json(cls, text: str) -> "Finding":
         return cls(**json.loads(text))

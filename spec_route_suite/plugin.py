@@ -139,10 +139,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if excinfo is not None and isinstance(excinfo.value, RouteError) and check:
         error = excinfo.value
         repro = _error_repro(item, error)
-        item.config.stash[COLLECTOR_KEY].record(item, Finding(
-            check=check, severity="error", title=error.describe()[:300], route=error.route or "unknown",
-            details={"error_kind": error.kind, "request_id": error.request_id, "detail": error.detail[:2000],
-                     "phase": call.when, **({"repro": repro} if repro else {})}))
+        item.config.stash[COLLECTOR_KEY].record(item, Finding.from_route_error(
+            error, check=check, phase=call.when, **({"repro": repro} if repro else {})))
     outcome = yield
     if excinfo is not None and isinstance(excinfo.value, ConfigError):
         report = outcome.get_result()

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from spec_route_suite.equivalence.agentic import agent_request
 from spec_route_suite.fixtures.prompts.agentic import SessionPlan, call_turns
 from spec_route_suite.routes.base import Completion, Request
-from spec_route_suite.routes.errors import RouteError
+from spec_route_suite.routes.errors import RouteError, RouteTimeout
 from spec_route_suite.stressors.driver import LoadRun, Outcome
 
 MAX_CALL_ROUNDS = 2
@@ -32,6 +32,7 @@ class Turn:
     error: str = ""
     started_s: float = 0.0
     ended_s: float = 0.0
+    route_error: RouteError | None = None   # what failed the turn, for its error finding (a timeout as RouteTimeout)
 
 
 @dataclass
@@ -71,7 +72,10 @@ async def run_session(route: Any, plan: SessionPlan, settings: SessionSettings, 
             try:
                 answer = await asyncio.wait_for(route.generate(req), settings.timeout_s)
             except (RouteError, asyncio.TimeoutError) as exc:
-                transcript.turns.append(Turn(req, None, f"{type(exc).__name__}: {exc}", start, clock()))
+                error = exc if isinstance(exc, RouteError) else RouteTimeout(
+                    f"no answer within {settings.timeout_s:g}s", route=route.name,
+                    request_id=req.request_id)
+                transcript.turns.append(Turn(req, None, f"{type(exc).__name__}: {exc}", start, clock(), error))
                 transcript.ended = "error"
                 return transcript
             transcript.turns.append(Turn(req, answer, "", start, clock()))

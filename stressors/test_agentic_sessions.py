@@ -20,6 +20,7 @@ import time
 import pytest
 
 from spec_route_suite.equivalence import agentic
+from spec_route_suite.reports.findings import Finding
 from spec_route_suite.fixtures.prompts.agentic import check_plan, session_plans, single_plan
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.sessions import (SessionSettings, Transcript, as_load_run, history_before,
@@ -90,6 +91,9 @@ def _judge_transcripts(reference: Transcript, actual: Transcript, *, label: str,
             break   # the reference itself failed here: nothing to compare with
         if theirs.answer is None:
             failures.append(f"{label} {actual.plan.key}: turn {theirs.request.request_id} failed: {theirs.error}")
+            if theirs.route_error is not None:   # a failed turn is a route error finding naming its request
+                ctx["findings"].add(Finding.from_route_error(theirs.route_error, check=agentic.CHECK,
+                                                             phase="call", label=label))
             break
         evidence.add(ctx["baseline"].name, ours.answer)
         evidence.add(ctx["candidate"].name, theirs.answer)
