@@ -261,6 +261,8 @@ def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str
             title=(f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) the "
                    f"baseline's stream of the same request carries"),
             details={"rule": "ids", "diff": problem, "prompt_ids": list(req.prompt_ids),
+                     "cause": (f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) "
+                               f"the baseline's stream of the same request carries"),
                      "baseline_control": control(req.request_id, controls.streamed()),
                      "repro": logprobs_repro(replace(req, logprobs=1), candidate=candidate, baseline=controls.baseline,
                                              tolerance=0.0, mode="missing")}))

@@ -7,6 +7,8 @@ the greedy and feature checks and the n-choice usage checks. A maintainer wants 
 check it broke ("77 findings in boundary, features, distribution, chat"), not 28. A cause is, in order:
 - a bug whose answers show a shape (reports/shapes.py: how the answer ended, e.g. "ends before max_tokens while
   usage counts tokens never returned"), across checks;
+- a bug whose check names its cause (`details["cause"]`, e.g. stream token ids the baseline carries and the
+  candidate drops, seen by the streaming and the chat checks alike), across checks;
 - a route error's signature (the same failure in the server's words), across checks;
 - otherwise the check and the finding's signature: its title with what varies per request taken out (its prompt
   id, the request id in an error, quoted text, numbers other than an HTTP status), unless the check states one
@@ -54,6 +56,9 @@ def cause_of(finding: dict[str, Any]) -> tuple[str, str, str]:
         shape = shape_of(finding)
         if shape is not None:
             return "", f"answer shape: {shape.phrase}", shape.key
+        cause = (finding.get("details") or {}).get("cause")
+        if cause:   # a cause the check names as crossing checks (a capability the candidate drops on any shape)
+            return "", str(cause), ""
     if finding.get("severity") == "error":
         return "", signature(finding), ""
     return finding["check"], signature(finding), ""
@@ -83,7 +88,8 @@ def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[st
             "id": number, "check": main["check"], "checks": per_check, "route": route,
             "severity": first["severity"], "kind": kind, "signature": sig, "shape": shape or None,
             "count": len(members), "findings": members,
-            "title": f"{sig.removeprefix('answer shape: ')} ({_checks_phrase(per_check)})" if shape else first["title"],
+            "title": (f"{sig.removeprefix('answer shape: ')} ({_checks_phrase(per_check)})" if shape else
+                      f"{first['title']} ({_checks_phrase(per_check)})" if len(per_check) > 1 else first["title"]),
             "prompts": prompts[:EXAMPLES], "prompts_total": len(prompts),
             "tests": list(dict.fromkeys(findings[i].get("test_id", "") for i in members))[:EXAMPLES],
             "tests_total": len({findings[i].get("test_id", "") for i in members}),

@@ -115,14 +115,20 @@ judge_preset() {  # judge_preset TAG ROUTES [PYTEST ARGS...]: stop what runs, st
     $SERVERS stop --all || echo "warning: stop reported a problem" >&2
     timed "start_$tag" $servers start || fail "$tag servers did not come up (logs: ~/.cache/spec-suite/vllm-cpu-servers/logs)"
     $servers snapshot --out "$dir/acceptance-before.json" > /dev/null || fail "cannot read /metrics ($tag)"
+    # the watcher keeps each server's last good /metrics and inventory: an engine that dies mid-run (the DFlash
+    # preset's drafters do, F2/F5) still has its acceptance profile up to its death
+    $servers watch --out "$dir/server-watch.json" --interval 5 &
+    WATCH_PID=$!
     timed "route_suite_$tag" timeout "${SPEC_SUITE_VLLM_SUITE_TIMEOUT:-2400}" \
         spec-route-suite -n "$WORKERS" --routes "$routes" --report-dir "$dir" "$@"
     local suite_rc=$?
+    kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; WATCH_PID=""
     echo "$tag route suite exit code: $suite_rc (0 passed, 1 route findings = data about vLLM)"
     local run
     run=$(ls -1dt "$dir"/*/ 2>/dev/null | while read -r d; do [ -f "$d/report.json" ] && echo "$d" && break; done)
     if [ -n "$run" ]; then
-        timed "profile_$tag" $servers profile --before "$dir/acceptance-before.json" --run-dir "$run" \
+        timed "profile_$tag" $servers profile --before "$dir/acceptance-before.json" \
+            --watch "$dir/server-watch.json" --run-dir "$run" \
             > /dev/null || echo "warning: could not write vllm-servers.json ($tag)" >&2
     fi
     echo "== vllm-cpu: judgement ($tag) =="

@@ -139,3 +139,19 @@ def test_a_run_on_the_fault_leaves_one_issue_file_naming_every_check_it_broke(tm
     text = (result.run_dir / mine[0]["issue"]).read_text()
     named = re.search(r"Every check that saw it.*?\n\n(.*?)\n\n", text, re.DOTALL)
     assert named and {row.split("|")[1].strip() for row in named.group(1).splitlines()[2:]} == checks, text[:3000]
+
+
+def test_a_dropped_stream_capability_seen_by_streaming_and_chat_is_one_cause():
+    """llama.cpp's draft-simple streams without token ids on completions and on chat (run of 2026-12-04: two issue
+    files with the same title); the check names the cause, so both checks land in one cluster, and a finding of
+    the same check with another cause stays apart."""
+    cause = "candidate 'c' streams answers without the token ids (logprob entries) the baseline's stream carries"
+    dropped = [dict(check=check, severity="bug", route="c", prompt_id=f"p{i}", title=cause,
+                    details={"rule": "ids", "cause": cause}) for i, check in enumerate(("streaming", "chat", "chat"))]
+    other = dict(check="chat", severity="bug", route="c", prompt_id="p9", title="chat answer differs at token 3",
+                 details={"rule": "text"})
+    clusters = cluster_findings([*dropped, other])
+    assert len(clusters) == 2
+    merged = next(c for c in clusters if c["signature"] == cause)
+    assert sorted(row["check"] for row in merged["checks"]) == ["chat", "streaming"]
+    assert merged["count"] == 3 and "chat" in merged["title"] and "streaming" in merged["title"]
