@@ -23,6 +23,8 @@ are judged against the baseline's own plain and streamed answers to the same req
 """
 from __future__ import annotations
 
+import difflib
+
 from dataclasses import replace
 
 import pytest
@@ -194,13 +196,27 @@ def trailing_difference(plain: Completion, streamed: Completion) -> str | None:
     return None
 
 
+def ids_difference(plain: Completion, streamed: Completion) -> str | None:
+    """How two deliveries' ids differ, token for token (None when they agree, or when their texts differ): a last
+    token one of them lacks (trailing_difference), else every stretch where they part, with the ids on each side. A server whose
+    parser keeps some tokens out of its stream (llama.cpp's reasoning parser drops `</think>` and the blank line
+    after it from a streamed chat answer's ids) differs the same way on every route it serves."""
+    trailing = trailing_difference(plain, streamed)
+    if trailing or tuple(plain.token_ids) == tuple(streamed.token_ids) or plain.text != streamed.text:
+        return trailing   # a text that differs is a different answer, judged as one
+    opcodes = difflib.SequenceMatcher(a=plain.token_ids, b=streamed.token_ids, autojunk=False).get_opcodes()
+    return "; ".join(f"{tag}: plain {list(plain.token_ids[i1:i2])} vs stream {list(streamed.token_ids[j1:j2])}"
+                     for tag, i1, i2, j1, j2 in opcodes if tag != "equal")
+
+
 def _ids_differ_as_on_the_baseline(findings, check, plain, streamed, controls, *, candidate, prompt_id: str,
                                    req: Request) -> bool:
-    """Stream ids that differ from the plain answer's only at the end, exactly as the baseline's two deliveries of
-    the same request differ: engine behaviour (a note, the `ids` part not verified), not a different answer."""
-    ours = trailing_difference(plain, streamed)
+    """Stream ids that differ from the plain answer's exactly as the baseline's two deliveries of the same request
+    differ (the same tokens, the same places): engine behaviour (a note, the `ids` part not verified), not a
+    different answer."""
+    ours = ids_difference(plain, streamed)
     answers = controls.answers() if ours else None
-    if not answers or trailing_difference(*answers) != ours:
+    if not answers or ids_difference(*answers) != ours:
         return False
     differential = Differential(findings, check=check, baseline=controls.baseline, candidate=candidate,
                                 prompt_id=prompt_id)

@@ -129,3 +129,32 @@ def test_stream_ids_short_of_the_last_token_like_the_baselines_are_an_engine_not
     failure, found = run_stream(prompt, candidate, baseline=handle(engines["plain"], "baseline"))
     assert failure and "token ids differ" in failure
     assert [f for f in found if f.severity == "bug"]
+
+
+def without_ids_at(positions: tuple[int, ...]):
+    """A stream whose ids skip some positions inside the answer, as llama.cpp's reasoning parser keeps `</think>`
+    and the blank line after it out of a streamed chat answer (seen on pair 2's `/v1`, 2026-12-04)."""
+    def damage(req, c: Completion) -> Completion:
+        if not req.stream:
+            return c
+        return replace(c, token_ids=tuple(t for i, t in enumerate(c.token_ids) if i not in positions))
+    return damage
+
+
+def test_stream_ids_missing_inside_the_answer_like_the_baselines_are_an_engine_note(engines):
+    """Both routes' streams skip the same ids inside the answer: engine behaviour (a note, ids not verified), not a
+    candidate finding; the candidate's stream alone skipping them, or skipping others, is still a finding."""
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(Rewired(engines["plain"], completion=without_ids_at((2, 3, 4))), "candidate")
+    shared = handle(Rewired(engines["plain"], completion=without_ids_at((2, 3, 4))), "baseline")
+    sink = Sink()
+    failure, found = run_stream(prompt, candidate, baseline=shared, sink=sink)
+    assert failure is None, failure
+    assert [f for f in found if f.severity == "engine" and f.details["rule"] == "ids"]
+    assert not [f for f in found if f.severity == "bug"]
+    assert any(m["verified"] is False for m in coverage(sink, "ids"))
+    for baseline in (handle(engines["plain"], "baseline"),
+                     handle(Rewired(engines["plain"], completion=without_ids_at((5, 6))), "baseline")):
+        failure, found = run_stream(prompt, candidate, baseline=baseline)
+        assert failure and "token ids differ" in failure
+        assert [f for f in found if f.severity == "bug"]
