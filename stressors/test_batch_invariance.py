@@ -62,6 +62,15 @@ def test_identical_greedy_requests_agree_under_load(candidate, baseline, tokeniz
         pytest.fail(f"candidate '{candidate.name}': {title}; {why}", pytrace=False)
 
 
+def _seeded_budget_note(candidate, stress_budget, comparison) -> Finding:
+    """What the seeds check compared, and against which control (an info line of the report)."""
+    return Finding(check=CHECK, severity="info", route=candidate.name,
+                   title=f"seeded sampling: {stress_budget.seeds} seeds compared serially (twice) and under load; "
+                         f"{comparison.control_text()}",
+                   details={"budget": stress_budget.describe(), "temperature": SAMPLING_TEMPERATURE,
+                            "load_control": comparison.as_details()})
+
+
 def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stress_budget, stress_workload,
                                                       stress_references, stress_max_tokens, suite_config,
                                                       stress_control, findings):
@@ -80,11 +89,7 @@ def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stres
                              concurrency=level, latency=latency))
     witness.cover(findings, CHECK,
                   could_detect=f"a seeded sample that changes under load ({comparison.control_text()})")
-    findings.add(Finding(check=CHECK, severity="info", route=candidate.name,
-                         title=f"seeded sampling: {stress_budget.seeds} seeds compared serially (twice) and under "
-                               f"load; {comparison.control_text()}",
-                         details={"budget": stress_budget.describe(), "temperature": SAMPLING_TEMPERATURE,
-                                  "load_control": comparison.as_details()}))
+    findings.add(_seeded_budget_note(candidate, stress_budget, comparison))
     judged = record(findings, comparison, check=CHECK, control=stress_control, candidate=candidate,
                     examples=[line for _, line, _ in theirs or ()])
     if not judged or not problems:

@@ -39,5 +39,5 @@ def test_each_flavour_is_one_small_module():
         assert set(vars(type(flavour))) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
                                             "__static_attributes__", "name", "engine", "probe_paths",
                                             "cumulative_counters", "gauge_paths", "neutral_sampling",
-                                            "detect_order", "context_refusals", "prompt_refusals",
+                                            "detect_order", "context_refusals", "prompt_refusals", "feature_refusals",
                                             *HOOKS} == set(), name

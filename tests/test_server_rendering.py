@@ -163,11 +163,12 @@ def test_spec_path_chat_requests_are_sized_by_the_servers_rendering(served):
     fitted = FittedPrompts(tokenizer(), fit, max_tokens=spec_path_suite.MAX_TOKENS)
     family = spec_path_suite.BY_NAME["chat"]
     plain, chats = spec_path_suite._requests(family, candidate, tokenizer(), fitted, suite_config())  # noqa: SLF001
-    assert len(chats) == spec_path_suite.PROMPTS, [r.request_id for r in chats]
+    assert len(chats) == spec_path_suite.REQUESTS, [r.request_id for r in chats]
     for req in [*plain, *chats]:
         candidate.generate(req)
     # a prompt longer than the whole context is refused as the one-token probe that asks for its count (that refusal
     # states the count: how a server without a tokenize endpoint says it), never as a request of the check
     refused = getattr(engine, "refused_ids", [])
     assert all(rid.endswith("-len") for rid in refused) and len(refused) == len(engine.refused), refused
-    assert [r.request_id for r in chats] == ["spec-chat-chat-00", "spec-chat-chat-03"]   # chat-01, -02 too long there
+    sources = [r.request_id.split("-", 3)[-1] for r in chats]   # spec-chat-<n>-<prompt id>: the fitting prompts cycled
+    assert {"chat-00", "chat-03"} <= set(sources) and not {"chat-01", "chat-02"} & set(sources), sources  # too long
