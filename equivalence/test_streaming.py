@@ -272,13 +272,11 @@ def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str
     if baseline_gap == "":
         problem = (f"the stream's token ids are incomplete ({gap}), while baseline '{controls.baseline.name}''s "
                    f"stream of the same request carries them all")
+        cause = (f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) the "
+                 f"baseline's stream of the same request carries")   # seen by the streaming and the chat checks
         findings.add(Finding(
-            check=check, severity="bug", route=candidate.name, prompt_id=prompt_id,
-            title=(f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) the "
-                   f"baseline's stream of the same request carries"),
-            details={"rule": "ids", "diff": problem, "prompt_ids": list(req.prompt_ids),
-                     "cause": (f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) "
-                               f"the baseline's stream of the same request carries"),
+            check=check, severity="bug", route=candidate.name, prompt_id=prompt_id, title=cause,
+            details={"rule": "ids", "diff": problem, "prompt_ids": list(req.prompt_ids), "cause": cause,
                      "baseline_control": control(req.request_id, controls.streamed()),
                      "repro": logprobs_repro(replace(req, logprobs=1), candidate=candidate, baseline=controls.baseline,
                                              tolerance=0.0, mode="missing")}))

@@ -55,15 +55,20 @@ def _transcripts(route, *, timeout_s=5.0):
     return reference, actual
 
 
+def _judged(reference, actual, sink) -> list[str]:
+    """The sessions part's turn-by-turn judgement of `actual` against `reference`, findings into `sink`."""
+    ctx = dict(baseline=SimpleNamespace(name="baseline"), candidate=SimpleNamespace(name="cand"), findings=sink)
+    return _judge_transcripts(reference, actual, label="concurrent session turn",
+                              evidence=SimpleNamespace(add=lambda *a: None), ctx=ctx, sent=[actual])
+
+
 @pytest.mark.parametrize("hang", [False, True], ids=["dies", "hangs"])
 def test_a_failed_turn_records_an_error_finding_naming_its_request(hang, monkeypatch):
     reference, actual = _transcripts(_Dying("cand", alive=1, hang=hang), timeout_s=0.2 if hang else 5.0)
     assert actual.ended == "error" and actual.turns[-1].answer is None
     monkeypatch.setattr("spec_route_suite.equivalence.agentic.judge", lambda *a, **k: "")   # answers agree
     sink = _Sink()
-    failures = _judge_transcripts(reference, actual, label="concurrent session turn", evidence=SimpleNamespace(
-        add=lambda *a: None), ctx=dict(baseline=SimpleNamespace(name="baseline"),
-                                       candidate=SimpleNamespace(name="cand"), findings=sink), sent=[actual])
+    failures = _judged(reference, actual, sink)
     assert len(failures) == 1 and len(sink.added) == 1
     finding = sink.added[0]
     assert finding.severity == "error" and finding.route == "cand" and finding.check == "agentic"
@@ -75,7 +80,5 @@ def test_a_healthy_candidate_records_no_error_finding(monkeypatch):
     reference, actual = _transcripts(_Dying("cand", alive=99))
     monkeypatch.setattr("spec_route_suite.equivalence.agentic.judge", lambda *a, **k: "")
     sink = _Sink()
-    failures = _judge_transcripts(reference, actual, label="concurrent session turn", evidence=SimpleNamespace(
-        add=lambda *a: None), ctx=dict(baseline=SimpleNamespace(name="baseline"),
-                                       candidate=SimpleNamespace(name="cand"), findings=sink), sent=[actual])
+    failures = _judged(reference, actual, sink)
     assert failures == [] and sink.added == [] and actual.ended == "done"
