@@ -81,10 +81,16 @@ def summarize(run: LoadRun) -> dict[str, Any]:
             ttft.append(waited)
             if n and waited > 0:
                 decode.append(n / waited)
-    stated = [o.completion for o in run.completed if o.completion.draft_steps]
-    steps, accepted = sum(c.draft_steps for c in stated), sum(c.accepted_tokens or 0 for c in stated)
+    stated = [o for o in run.completed if o.completion.draft_steps]
+    by_prompt: dict[str, list[int]] = {}   # (steps, accepted) per prompt, its copies pooled: the collapse check
+    for o in stated:                       # (acceptance_collapse.py) compares prompt by prompt
+        pooled = by_prompt.setdefault(o.key, [0, 0])
+        pooled[0] += o.completion.draft_steps
+        pooled[1] += o.completion.accepted_tokens or 0
+    steps, accepted = sum(s for s, _ in by_prompt.values()), sum(a for _, a in by_prompt.values())
     return {"concurrency": run.concurrency, "requests": len(run.outcomes), "completed": len(run.completed),
             "acceptance_length": round(1 + accepted / steps, 3) if steps else None, "acceptance_answers": len(stated),
+            "acceptance_by_prompt": by_prompt,
             "streamed": streamed, "buffered": buffered, "output_tokens": tokens, "wall_s": round(run.wall_s, 4),
             "ttft_p50_s": _pct(ttft, 0.5), "ttft_p95_s": _pct(ttft, 0.95),
             "itl_p50_s": _pct(itl, 0.5), "itl_p95_s": _pct(itl, 0.95),

@@ -1,8 +1,9 @@
 """The speed gate: the baseline and the candidate stream the same fixed workload at each concurrency level.
 
-Measured, not judged (stressors/speed.py): the test carries no check family, so it never changes a verdict or
-a coverage row; its `speed` measurement becomes the report's speed table and plots. The baseline's levels are
-measured once per worker and reused for every candidate on that worker.
+Measured, not judged (stressors/speed.py): the test carries no check family, so it never changes a coverage row;
+its `speed` measurement becomes the report's speed table and plots. One thing it does judge: greedy prompts that
+accept far fewer drafts beside others than alone (stressors/acceptance_collapse.py) are a warning on the
+candidate. The baseline's levels are measured once per worker and reused for every candidate on that worker.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
 from spec_route_suite.routes.errors import RouteError
+from spec_route_suite.stressors.acceptance_collapse import collapse_findings
 from spec_route_suite.stressors.speed import (SPEED_PROMPTS, SPEED_TOKENS, measure_level, speed_levels, speedups,
                                              warm_up)
 
@@ -45,3 +47,5 @@ def test_speed_gate(baseline, candidate, fitted_prompts, suite_config, speed_bas
     findings.measure("speed", candidate=candidate.name, baseline=baseline.name, levels=levels,
                      prompts=len(prompts), max_tokens=SPEED_TOKENS, rows=rows,
                      speedup=speedups(rows["baseline"], rows["candidate"]))
+    for finding in collapse_findings(rows["candidate"], route=candidate.name, alpha=suite_config.alpha):
+        findings.add(finding)
