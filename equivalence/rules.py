@@ -37,6 +37,7 @@ RULES: dict[str, str] = {
     "n_usage": "n-choice usage (usage.completion_tokens summed over the choices)",
     "min_tokens": "min_tokens (no stop before it)",
     "stream": "stream delivery (at least one event for the tokens it returns)",
+    "stream_text": "a streamed answer equal to the plain one (the same text and finish_reason)",
     "ids": "token ids on a stream (an id for every token delivered)",
     "logprob_entries": "logprobs (an entry for every token returned, where the request asks for them)",
     "feature_effect": "the request feature (it was accepted and must change the answer as asked)",

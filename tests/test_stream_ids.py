@@ -158,3 +158,30 @@ def test_stream_ids_missing_inside_the_answer_like_the_baselines_are_an_engine_n
         failure, found = run_stream(prompt, candidate, baseline=baseline)
         assert failure and "token ids differ" in failure
         assert [f for f in found if f.severity == "bug"]
+
+
+def streamed_garbled(req, c: Completion) -> Completion:
+    """The streamed answer's text cut and shifted, as vLLM 0.32's reasoning parser streams a stop-string request
+    (on its AR server too): ids dropped, text different from the plain answer's."""
+    gapped = with_gap(req, c)
+    return replace(gapped, text="nk>" + gapped.text[3:]) if req.stream else gapped
+
+
+def test_a_stream_that_differs_as_the_baselines_own_stream_does_is_an_engine_note(engines):
+    """The baseline's stream of the same request differs from its plain answer too: the comparison cannot show what
+    speculation does (an engine note, the part not verified); the same candidate beside a baseline that streams
+    what it returns is a finding (the control of the same budget: one prompt, one stream each)."""
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(Rewired(engines["plain"], completion=streamed_garbled), "candidate")
+    sink = Sink()
+    failure, found = run_stream(prompt, candidate, True, sink=sink,
+                                baseline=handle(Rewired(engines["plain"], completion=streamed_garbled), "baseline"))
+    assert failure is None, failure
+    assert {f.details["rule"] for f in found if f.severity == "engine"} == {"stream_text", "ids"}   # ids: both gap
+    assert not [f for f in found if f.severity == "bug"]
+    main = [m for kind, m in sink.measurements if kind == "coverage" and not m.get("part")]
+    assert [m["verified"] for m in main] == [False]
+    assert main[0]["reason"].startswith("the engine itself does not honour a streamed answer equal to the plain one")
+    failure, found = run_stream(prompt, candidate, True, baseline=handle(engines["plain"], "baseline"))
+    assert failure and "text differs" in failure
+    assert [f for f in found if f.severity == "bug" and "different answer" in f.title]
