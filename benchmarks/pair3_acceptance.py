@@ -18,13 +18,11 @@ import argparse
 import asyncio
 from pathlib import Path
 
-import httpx
-
 from spec_route_suite.fixtures.models.train_pair3 import EVAL_NEW_TOKENS, heldout_prompts
-from spec_route_suite.routes.base import AcceptanceSnapshot, Request
-from spec_route_suite.routes.metrics import acceptance_from_metrics
+from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import load_routes_file
+from spec_route_suite.servers import server_acceptance_delta, snapshot_acceptance
 from spec_route_suite.tokenizers import load_tokenizer
 
 
@@ -38,38 +36,26 @@ async def answers(route, requests, level: int) -> list[tuple[int, ...]]:
     return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
-async def server_counters(spec):
-    """The server's cumulative spec_decode counters from its /metrics (per position too), or None."""
-    root = spec.base_url.rstrip("/").removesuffix("/v1")
-    async with httpx.AsyncClient() as client:
-        resp = await client.get(f"{root}/metrics", timeout=30)
-    return acceptance_from_metrics(resp.text, model_name=spec.model) if resp.status_code == 200 else None
-
-
 async def measured(route, spec, requests, level: int):
-    """(answers, acceptance counters' difference) of one pass at `level`."""
-    before = await server_counters(spec)
+    """(answers, the acceptance profile of the pass: the server's /metrics counters before and after it, the
+    suite's own snapshot_acceptance / server_acceptance_delta; None without counters)."""
+    before = snapshot_acceptance([spec])
     got = await answers(route, requests, level)
-    after = await server_counters(spec)
-    if after is None:
-        return got, None
-    before = before or AcceptanceSnapshot(drafts=0, draft_tokens=0, accepted=0)   # nothing drafted yet
-    earlier = tuple(before.accepted_per_pos) + (0,) * len(after.accepted_per_pos)   # a fresh server states no
-    per_pos = tuple(a - b for a, b in zip(after.accepted_per_pos, earlier))         # positions before it drafted
-    return got, (after.drafts - before.drafts, after.accepted - before.accepted, per_pos)
+    return got, server_acceptance_delta(before, snapshot_acceptance([spec])).get(spec.name)
 
 
-def row(engine: str, name: str, level: int, delta, got, reference) -> str:
+def row(engine: str, name: str, level: int, profile, got, reference) -> str:
     """One table row; `emitted` is (answer tokens - answers) / drafts: each step emits its accepted drafts plus one
     token, each answer's first token comes from its prefill (vLLM's counters also count drafts past an answer's
     end, docs/vllm-cpu-findings.md F6, so its counter figure can exceed what was emitted)."""
     same = f"{sum(a == b for a, b in zip(got, reference))} of {len(reference)}"
-    if delta is None or not delta[0]:
+    drafts = (profile or {}).get("drafts")
+    if not drafts:
         return f"| {engine} | {name} | {level} | no counters / no drafts | | | {same} |"
-    drafts, accepted, per_pos = delta
-    by_pos = " ".join(f"{a / drafts:.2f}" for a in per_pos) or "n/a"
+    by_pos = " ".join(f"{a / drafts:.2f}" for a in profile["accepted_per_pos"]) or "n/a"
     emitted = (sum(map(len, got)) - len(got)) / drafts
-    return f"| {engine} | {name} | {level} | {1 + accepted / drafts:.2f} | {emitted:.2f} | {by_pos} | {same} |"
+    return (f"| {engine} | {name} | {level} | {profile['mean_acceptance_length']:.2f} | {emitted:.2f} | {by_pos} "
+            f"| {same} |")
 
 
 def fitting_requests(tok, n: int, new_tokens: int, context: int) -> list[Request]:
@@ -77,8 +63,10 @@ def fitting_requests(tok, n: int, new_tokens: int, context: int) -> list[Request
     out = []
     for i, (shape, text) in enumerate(heldout_prompts(4 * n)):
         ids = tuple(tok(text, add_special_tokens=False)["input_ids"])
-        if len(ids) + new_tokens <= context and len(out) < n:
+        if len(ids) + new_tokens <= context:
             out.append(Request(prompt_ids=ids, max_tokens=new_tokens, request_id=f"p3acc-{i}-{shape}"))
+        if len(out) == n:
+            break
     return out
 
 
@@ -98,8 +86,8 @@ async def main_async(args) -> None:
     for spec in routes.candidates:
         route = build_route(spec)
         for level in args.levels:
-            got, delta = await measured(route, spec, requests, level)
-            print(row(engine, spec.name, level, delta, got, reference), flush=True)
+            got, profile = await measured(route, spec, requests, level)
+            print(row(engine, spec.name, level, profile, got, reference), flush=True)
         await route.aclose()
     await baseline.aclose()
 

@@ -40,9 +40,10 @@ class Collapse:
                 f"p={self.p_value:.2g})")
 
 
-def _length(steps_accepted: Sequence[int]) -> float | None:
+def _length(steps_accepted: Sequence[int]) -> float:
+    """A prompt's mean acceptance length (summarize keeps only answers with drafting steps: steps > 0)."""
     steps, accepted = steps_accepted
-    return 1 + accepted / steps if steps else None
+    return 1 + accepted / steps
 
 
 def _pooled(by_prompt: dict[str, Sequence[int]], keys) -> float:
@@ -67,7 +68,7 @@ def collapses(rows: Sequence[dict[str, Any]], *, alpha: float) -> list[Collapse]
     found = []
     for row in higher:
         loaded = row.get("acceptance_by_prompt") or {}
-        keys = [k for k in alone if k in loaded and _length(alone[k]) is not None and _length(loaded[k]) is not None]
+        keys = [k for k in alone if k in loaded]
         if not keys:
             continue
         before, after = [_length(alone[k]) for k in keys], [_length(loaded[k]) for k in keys]
