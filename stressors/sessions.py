@@ -29,10 +29,14 @@ MAX_CALL_ROUNDS = 2
 class Turn:
     request: Request
     answer: Completion | None
-    error: str = ""
     started_s: float = 0.0
     ended_s: float = 0.0
     route_error: RouteError | None = None   # what failed the turn, for its error finding (a timeout as RouteTimeout)
+
+    @property
+    def error(self) -> str:
+        """What failed the turn, as one line; empty for an answered turn."""
+        return f"{type(self.route_error).__name__}: {self.route_error}" if self.route_error is not None else ""
 
 
 @dataclass
@@ -75,10 +79,10 @@ async def run_session(route: Any, plan: SessionPlan, settings: SessionSettings, 
                 error = exc if isinstance(exc, RouteError) else RouteTimeout(
                     f"no answer within {settings.timeout_s:g}s", route=route.name,
                     request_id=req.request_id)
-                transcript.turns.append(Turn(req, None, f"{type(exc).__name__}: {exc}", start, clock(), error))
+                transcript.turns.append(Turn(req, None, start, clock(), error))
                 transcript.ended = "error"
                 return transcript
-            transcript.turns.append(Turn(req, answer, "", start, clock()))
+            transcript.turns.append(Turn(req, answer, start, clock()))
             if answer.tool_calls and round_ < MAX_CALL_ROUNDS:
                 messages += call_turns([(c.name, c.arguments) for c in answer.tool_calls], turn=n)
                 continue

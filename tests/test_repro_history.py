@@ -22,7 +22,7 @@ def _req(name: str) -> Request:
 
 def _transcript(*turns: tuple[str, float]) -> Transcript:
     t = Transcript(plan=SimpleNamespace(key="plan"), stream=True)
-    t.turns = [Turn(_req(name), Completion(token_ids=(5,), text="x", finish_reason="stop", route="r"), "", start, start + 0.5)
+    t.turns = [Turn(_req(name), Completion(token_ids=(5,), text="x", finish_reason="stop", route="r"), start, start + 0.5)
                for name, start in turns]
     return t
 
