@@ -54,6 +54,7 @@ class WorkerState:
     inventories: dict[str, Any] = field(default_factory=dict)
     acceptance: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, list] = field(default_factory=dict)   # route -> [(seconds, tokens)] of its requests
+    acceptance_by_traffic: dict[str, Any] = field(default_factory=dict)   # route -> band -> summed answer counters
     memory: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     planned: dict[str, dict[str, str]] = field(default_factory=dict)   # nodeid -> its part (collection, before -k)

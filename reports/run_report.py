@@ -12,6 +12,7 @@ from spec_route_suite.reports.collector import RunCollector
 from spec_route_suite.reports.coverage import ANY_ROUTE, Gap, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
 from spec_route_suite.routes.acceptance import summed_worker_profile
+from spec_route_suite.routes.traffic_acceptance import merged_bands
 
 NOT_VERIFIED_PREFIX = "not verified"
 
@@ -271,6 +272,9 @@ def route_context(collector: RunCollector) -> dict[str, Any]:
                         for name in candidates],
         "parity": [parity(inventories.get(baseline_name), inventories.get(name), candidate_name=name)
                    for name in candidates],
+        "acceptance_by_traffic": {name: merged_bands(workers)
+                                  for name, workers in _per_route(collector, "acceptance_by_traffic").items()
+                                  if any(workers)},
         "latency": {name: latency_summary([s for worker in lists for s in worker])
                     for name, lists in _per_route(collector, "latency").items()},
         "memory": {"worker_peak_rss_mib": max((s.get("memory", {}).get("peak_rss_mib", 0)
