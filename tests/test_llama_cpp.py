@@ -352,6 +352,36 @@ def test_the_slot_gauge_sees_requests_served_together(openai_handles, prompts):
     assert handle.run(handle.route.engine_batch_peak()) >= 2
 
 
+@pytest.mark.parametrize("concurrency", [8, 1])
+def test_a_load_shorter_than_one_gauge_reading_is_seen_by_the_busy_slot_counters(handles, prompts, concurrency):
+    """16 answers of 48 tokens finish within one 0.1 s gauge reading once the connections are warm (the CI failure
+    of 2026-12-05); a server started with --metrics counts its busy slots per decode, which still show them served
+    together at c=8, and the same requests sent one at a time never read as two together (the serial control)."""
+    import httpx
+
+    from spec_route_suite.routes.flavours.llama_cpp import LlamaCpp
+    from spec_route_suite.routes.served_together import peak_lower_bound
+
+    _, ids = prompts
+    handle = handles["draft_simple"]
+    metrics_url = handle.spec.base_url.rstrip("/") + "/metrics"
+    requests = [Request(prompt_ids=p, max_tokens=48, ignore_eos=True, request_id=f"short{concurrency}-{n}")
+                for n, p in enumerate(ids * 2)]
+    handle.generate_concurrently(requests, concurrency=concurrency)   # warm: connections open, prompts cached
+    handle.run(handle.route.engine_batch_peak(reset=True))
+    before = LlamaCpp().busy_counters(httpx.get(metrics_url).text)
+    answers = handle.generate_concurrently(requests, concurrency=concurrency)
+    after = LlamaCpp().busy_counters(httpx.get(metrics_url).text)
+    peak = handle.run(handle.route.engine_batch_peak())
+    assert all(len(a.token_ids) == 48 for a in answers), answers
+    assert after.decodes > before.decodes
+    counted = peak_lower_bound(before, after)   # the counters alone, whatever the sampled readings caught
+    if concurrency > 1:
+        assert counted is not None and counted >= 2 and peak >= counted, (counted, peak)
+    else:
+        assert counted is None and peak <= 1, (counted, peak)
+
+
 DEEP_RANK = 50   # past the server's default top-k 40, with room for rank swaps between two engines' float sums
 
 
