@@ -92,13 +92,14 @@ def _speculation(report: dict[str, Any]) -> list[str]:
         return []
     lines = ["## Speculation", "", "| candidate | speculation | mean acceptance length | acceptance by position |"
              " counter invariants | by traffic (the answers' own counters) |", "|---|---|---|---|---|---|"]
+    by_traffic = report.get("acceptance_by_traffic") or {}
     for row in rows:
         acc = (report.get("acceptance") or {}).get(row["route"]) or {}
         rates = ", ".join(f"{r:.2f}" for r in acc.get("per_position_acceptance_rate") or []) or "n/a"
         invariants = {True: "hold", False: "BROKEN"}.get(acc.get("invariants_hold"), "n/a")
         lines.append(f"| `{row['route']}` | {row['status']} | {acc.get('mean_acceptance_length') or 'n/a'} | "
-                     f"{rates} | {invariants} | {_by_traffic((report.get('acceptance_by_traffic') or {}).get(row['route']))} |")
-    if report.get("acceptance_by_traffic"):
+                     f"{rates} | {invariants} | {_by_traffic(by_traffic.get(row['route']))} |")
+    if by_traffic:
         lines += ["", "By traffic: 1 + accepted / steps over the answers (n=1) that state their own counters, greedy "
                       "and sampled apart; where an engine states no drafting steps per answer (llama.cpp), its decode "
                       "steps stand in, so the figure is a lower bound. The mean acceptance length beside it is the "
@@ -107,7 +108,7 @@ def _speculation(report: dict[str, Any]) -> list[str]:
 
 
 def _by_traffic(bands: dict[str, Any] | None) -> str:
-    """"greedy 3.91 (812 answers), sampled, T <= 1 2.80 (40 answers)": what each kind of traffic got."""
+    """"greedy 3.91 (812 answers); sampled, T <= 1 2.8 (40 answers)": what each kind of traffic got."""
     if not bands:
         return "n/a (no answer states its own counters)"
     return "; ".join(f"{name} {tally['mean_acceptance_length'] or 'n/a'} ({tally['answers']} answers)"

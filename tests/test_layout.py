@@ -38,6 +38,6 @@ def test_each_flavour_is_one_small_module():
         assert len(overridden) <= FLAVOUR_MAX_HOOKS, (name, overridden)
         assert set(vars(type(flavour))) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
                                             "__static_attributes__", "name", "engine", "probe_paths",
-                                            "cumulative_counters", "gauge_paths", "neutral_sampling",
+                                            "cumulative_counters", "gauge_paths", "busy_metrics", "neutral_sampling",
                                             "detect_order", "context_refusals", "prompt_refusals", "feature_refusals",
                                             *HOOKS} == set(), name

@@ -39,8 +39,10 @@ def printed(text: str) -> tuple[float, float] | None:
     return float(value), 0.5 * 10.0 ** value.as_tuple().exponent
 
 
-def busy_from_mean(decodes_text: str, mean_text: str) -> BusyCounters | None:
-    """BusyCounters from a decode count and a mean busy slots per decode, both as printed."""
+def busy_from_mean(decodes_text: str | None, mean_text: str | None) -> BusyCounters | None:
+    """BusyCounters from a decode count and a mean busy slots per decode, both as printed (None: either absent)."""
+    if decodes_text is None or mean_text is None:
+        return None
     decodes, mean = printed(decodes_text), printed(mean_text)
     if decodes is None or mean is None:
         return None
