@@ -112,6 +112,7 @@ def _by_traffic(bands: dict[str, Any] | None) -> str:
     if not bands:
         return "n/a (no answer states its own counters)"
     return "; ".join(f"{name} {tally['mean_acceptance_length'] or 'n/a'} ({tally['answers']} answers)"
+                     if tally.get("draft_tokens") else f"{name}: nothing drafted ({tally['answers']} answers)"
                      for name, tally in bands.items())
 
 

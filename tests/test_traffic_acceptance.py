@@ -88,13 +88,18 @@ def test_the_report_and_summary_state_each_band(tmp_path: Path):
     greedy, hot = BandTally(), BandTally()
     greedy.add(_answer(30, drafted=28, accepted=20, steps=10))
     hot.add(_answer(30, drafted=28, accepted=4, steps=26))
-    worker = WorkerState(acceptance_by_traffic={"candidate": {BANDS[0]: greedy.__dict__, BANDS[2]: hot.__dict__}})
+    idle = BandTally()
+    idle.add(_answer(30, drafted=0, accepted=0, steps=0))   # llama.cpp's answer that drafted nothing
+    worker = WorkerState(acceptance_by_traffic={"candidate": {BANDS[0]: greedy.__dict__, BANDS[2]: hot.__dict__},
+                                                "idle": {BANDS[1]: idle.__dict__}})
     collector = RunCollector(run_dir=tmp_path / "run", run_id="run", redact=Redactor(()), is_worker=False,
                              config_public={"baseline": {"name": "baseline", "kind": "hf"},
-                                            "candidates": [{"name": "candidate", "kind": "hf"}]})
+                                            "candidates": [{"name": "candidate", "kind": "hf"},
+                                                           {"name": "idle", "kind": "hf"}]})
     collector.worker_states = [worker.__dict__, WorkerState().__dict__]
     report = build_run_report(collector)
     assert report["acceptance_by_traffic"]["candidate"][BANDS[0]]["mean_acceptance_length"] == 3.0
     assert report["acceptance_by_traffic"]["candidate"][BANDS[2]]["mean_acceptance_length"] == 1.154
     summary = render_summary(report)
     assert "greedy 3.0 (1 answers); sampled, T > 1 1.154 (1 answers)" in summary
+    assert "sampled, T <= 1: nothing drafted (1 answers)" in summary
