@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from spec_route_suite.routes.base import AcceptanceSnapshot, Completion, Request
+from spec_route_suite.routes.base import AcceptanceSnapshot, Completion, Request, summed_positions
 from spec_route_suite.routes.errors import RouteError
 
 PHASE_PROMPTS = 3
@@ -124,8 +124,7 @@ def evidence(group: tuple[str, str], phase: Phase, *, depth: int | None) -> Clas
     if not phase.answers:
         return ClassAcceptance(**base, method=NONE, why=f"no answer ({'; '.join(phase.errors)[:200] or 'none sent'})")
     if stated(phase):
-        width = max((len(a.accepted_per_pos) for a in phase.answers), default=0)
-        per_pos = tuple(sum((list(a.accepted_per_pos) + [0] * width)[i] for a in phase.answers) for i in range(width))
+        per_pos = summed_positions(a.accepted_per_pos for a in phase.answers)
         steps = [a.draft_steps for a in phase.answers]
         return ClassAcceptance(**base, method=PER_ANSWER, draft_tokens=sum(a.draft_tokens for a in phase.answers),
                                accepted=sum(a.accepted_tokens or 0 for a in phase.answers), accepted_per_pos=per_pos,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .base import AcceptanceSnapshot
+from .base import AcceptanceSnapshot, summed_positions
 
 
 def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_tokens: int | None = None,
@@ -50,12 +50,10 @@ def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_t
 
 def summed_worker_profile(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """In-process engines live in each worker: their counters add up across workers."""
-    width = max((len(v.get("accepted_per_pos", [])) for v in values), default=0)
     total = AcceptanceSnapshot(
         drafts=sum(v.get("drafts", 0) for v in values),
         draft_tokens=sum(v.get("draft_tokens", 0) for v in values),
         accepted=sum(v.get("accepted", 0) for v in values),
-        accepted_per_pos=tuple(sum((list(v.get("accepted_per_pos", [])) + [0] * width)[i] for v in values)
-                               for i in range(width)))
+        accepted_per_pos=summed_positions(v.get("accepted_per_pos", []) for v in values))
     profile = acceptance_profile(total, source="route counters, summed over workers") or {}
     return {**profile, "workers": len(values)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .base import Completion, Request, Route, RouteWrapper
+from .base import Completion, Request, Route, RouteWrapper, summed_positions
 
 BANDS = ("greedy", "sampled, T <= 1", "sampled, T > 1")
 
@@ -27,12 +27,6 @@ def band(req: Request) -> str:
 
 
 COUNTS = ("answers", "tokens", "draft_tokens", "accepted", "steps", "answers_without_steps")
-
-
-def _summed(a: list[int], b: list[int]) -> list[int]:
-    """Two per-position lists added position by position (the shorter padded with zeros)."""
-    width = max(len(a), len(b))
-    return [x + y for x, y in zip(a + [0] * (width - len(a)), b + [0] * (width - len(b)))]
 
 
 @dataclass
@@ -56,11 +50,12 @@ class BandTally:
             self.answers_without_steps += 1
         else:
             self.steps += answer.draft_steps
-        self.accepted_per_pos = _summed(self.accepted_per_pos, list(answer.accepted_per_pos))
+        self.accepted_per_pos = list(summed_positions((self.accepted_per_pos, answer.accepted_per_pos)))
 
     def merged(self, other: "BandTally") -> "BandTally":
         counts = {name: getattr(self, name) + getattr(other, name) for name in COUNTS}
-        return BandTally(**counts, accepted_per_pos=_summed(self.accepted_per_pos, other.accepted_per_pos))
+        return BandTally(**counts, accepted_per_pos=list(summed_positions((self.accepted_per_pos,
+                                                                           other.accepted_per_pos))))
 
     @property
     def mean_acceptance_length(self) -> float | None:
