@@ -15,7 +15,8 @@ import copy
 import pytest
 import torch
 
-from spec_route_suite.fixtures.models.canary_recall import canary_recall, load
+from spec_route_suite.fixtures.models.canary_recall import canary_recall
+from spec_route_suite.fixtures.models.evaluate import load_target
 from spec_route_suite.fixtures.models.train_pair3 import PAIR3_DIR
 
 N = 20
@@ -28,7 +29,8 @@ SLACK = 1
 @pytest.fixture(scope="module")
 def target():
     torch.set_num_threads(1)
-    return load(PAIR3_DIR / "target")
+    tok, model = load_target(PAIR3_DIR / "target")
+    return model, tok
 
 
 @pytest.mark.parametrize("seed", sorted(PINNED))
