@@ -131,8 +131,10 @@ class RunCollector:
         for name, value in report.user_properties:
             if name == CHECK_PROPERTY:
                 check = value
-            elif name == UNJUDGED_PROPERTY and report.failed:
-                check = UNJUDGED   # its failure is the suite's (a crash), never silent: it counts as a failed test
+            elif name == UNJUDGED_PROPERTY:
+                self.active = True   # a route test ran (the speed gate alone still writes its run folder)
+                if report.failed:
+                    check = UNJUDGED   # its failure is the suite's (a crash), never silent: a failed test
             elif name == MEASURE_PROPERTY and report.when == "teardown":
                 measurement = json.loads(value)
                 self.measurements.setdefault(measurement.pop("kind"), []).append(measurement)

@@ -97,14 +97,32 @@ def _speculation(report: dict[str, Any]) -> list[str]:
         acc = (report.get("acceptance") or {}).get(row["route"]) or {}
         rates = ", ".join(f"{r:.2f}" for r in acc.get("per_position_acceptance_rate") or []) or "n/a"
         invariants = {True: "hold", False: "BROKEN"}.get(acc.get("invariants_hold"), "n/a")
-        lines.append(f"| `{row['route']}` | {row['status']} | {acc.get('mean_acceptance_length') or 'n/a'} | "
+        broken = [name for name, ok in (acc.get("invariants") or {}).items() if ok is False]
+        if broken:
+            invariants += f" ({', '.join(broken)})"
+        lines.append(f"| `{row['route']}` | {row['status']} | {_length(acc)} | "
                      f"{rates} | {invariants} | {_by_traffic(by_traffic.get(row['route']))} |")
     if by_traffic:
         lines += ["", "By traffic: 1 + accepted / steps over the answers (n=1) that state their own counters, greedy "
                       "and sampled apart; where an engine states no drafting steps per answer (llama.cpp), its decode "
                       "steps stand in, so the figure is a lower bound. The mean acceptance length beside it is the "
                       "server's counters over all of the run's traffic."]
+    if any("by emitted tokens" in line for line in lines):
+        lines += ["", "By emitted tokens: (output tokens - finished requests) / drafts, from the server's own counters, "
+                      "beside a mean acceptance length whose accepted count exceeds what the server emitted (drafts "
+                      "counted as accepted past a request's end): the figure to compare; an upper bound where some "
+                      "steps decode without a draft."]
     return lines + [""]
+
+
+def _length(acc: dict[str, Any]) -> str:
+    """"3.0558 (2.759 by emitted tokens)": the counters' figure, and the one from what the server emitted when the
+    counters claim more accepted tokens than were emitted (vLLM counts drafts past a request's end)."""
+    length = acc.get("mean_acceptance_length") or "n/a"
+    emitted = acc.get("emitted_per_draft_step")
+    if emitted is not None and (acc.get("invariants") or {}).get("accepted_le_emitted") is False:
+        return f"{length} ({emitted} by emitted tokens)"
+    return str(length)
 
 
 def _by_traffic(bands: dict[str, Any] | None) -> str:

@@ -6,8 +6,9 @@
 #                                 AR vs draft-simple, and a server given a draft model but no --spec-type;
 #   routes/llama-cpp-edges.toml   a small shared KV cache, small prompt batches: the
 #                                 checks that aim at those limits only ($EDGES_TESTS);
-#   routes/llama-cpp-dflash.toml  the drafters users deploy over the third pair: DFlash 2, DFlash and EAGLE-3 (7 draft
-#                                 tokens a step, converted against the target), plain `openai:` routes, --metrics.
+#   routes/llama-cpp-dflash.toml  the drafters users deploy over the third pair: DFlash 2, DFlash, EAGLE-3 (7 draft
+#                                 tokens a step, converted against the target) and EAGLE-3 with F4's workaround,
+#                                 plain `openai:` routes, --metrics.
 #
 # Passes when, for each routes file, the suite ran to completion and wrote its reports with no harness
 # errors (`judge_run` in spec_route_suite/servers/managed.py: pytest exit 2/3/4/5, missing or incomplete report,

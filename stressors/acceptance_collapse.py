@@ -5,24 +5,30 @@ the acceptance of the same prompt alone and beside others should match. When mos
 higher level, the engine's batching of the drafter is wrong somewhere (llama.cpp#27117: draft-dflash past 4
 sequences; docs/llama-cpp-findings.md F4: draft-eagle3's backend sampling at 8 in flight): the answers stay right
 (the verifier rejects the bad drafts), so no correctness check sees it, but the speed a user promotes the route for
-is gone. Judged per level against one at a time, prompt by prompt: a one-sided paired t-test of each prompt's mean
-acceptance length at the level against alone, at the run's alpha split over the levels (a sign test would need
-every one of the 8 prompts lower, and one prompt whose 32 tokens drafted alike at both levels hides a collapse
-from it: measured on llama.cpp's EAGLE-3, 2.06 against 3.51 with two prompts unchanged), and the pooled mean
-acceptance length at least COLLAPSE_DROP below one at a time's (a near-tie flip that costs one prompt its
-block is neither). A warning, not a bug: outputs are right. Only where the engine states each
-answer's drafting (llama.cpp's timings); elsewhere the speed table says "not stated". Environment: none.
+is gone. Judged per level against one at a time, prompt by prompt. On a correct engine each greedy prompt drafts
+alike at both levels (measured: DFlash 2, DFlash and EAGLE-3 with CPU-side draft sampling on llama.cpp, 16 of 16
+prompts identical or one near-tie flip), so the prompts whose acceptance changed are the evidence: a one-sided sign
+test over them (each as likely to go up as down on a correct engine; unchanged prompts carry no information and are
+left out, so a collapse that spares some prompts still shows: F4 spares about half of them), at the run's alpha
+split over the levels, and the pooled mean acceptance length at least COLLAPSE_DROP below one at a time's (a
+near-tie flip that costs one prompt its block is neither). A paired t-test of the lengths, used before, counted the
+unchanged prompts as zero differences and missed F4 twice (p = 0.022 on 8 prompts, 0.037 on 16). Power against
+F4 as measured, by the number of prompts (the gate sends SPEED_PROMPTS): benchmarks/collapse_power.py; F4 reaches
+only the prompts that share a draft batch, 3 to 7 of a gate's in the runs measured, so a gate it barely reaches
+passes (a limit of the instrument, stated in the README). A warning, not a bug: outputs are right. Only where the
+engine states each answer's drafting (llama.cpp's timings); elsewhere the speed table says "not stated".
+Environment: none.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from scipy.stats import ttest_rel
+from scipy.stats import binomtest
 
 from spec_route_suite.reports.findings import Finding
 
-COLLAPSE_DROP = 0.25   # the pooled mean acceptance length at least this fraction below one at a time's
+COLLAPSE_DROP = 0.10   # the pooled mean acceptance length at least this fraction below one at a time's
 
 
 @dataclass(frozen=True)
@@ -32,11 +38,13 @@ class Collapse:
     loaded: float       # and at `level`
     lower: int          # prompts accepting fewer drafts at `level` than alone
     prompts: int        # prompts stated at both
-    p_value: float      # one-sided paired t-test, prompt by prompt
+    changed: int        # prompts whose acceptance differs between the levels
+    p_value: float      # one-sided sign test over the prompts whose acceptance changed
 
     def sentence(self) -> str:
         return (f"mean acceptance length {self.loaded:.2f} at {self.level} in flight against {self.alone:.2f} one at "
-                f"a time on the same greedy prompts ({self.lower} of {self.prompts} prompts lower, paired t-test "
+                f"a time on the same greedy prompts ({self.lower} of the {self.changed} prompts whose acceptance "
+                f"changed went down, {self.prompts - self.changed} of {self.prompts} drafted alike; sign test "
                 f"p={self.p_value:.2g})")
 
 
@@ -51,14 +59,12 @@ def _pooled(by_prompt: dict[str, Sequence[int]], keys) -> float:
     return 1 + sum(by_prompt[k][1] for k in keys) / steps if steps else 0.0
 
 
-def _paired_p(after: list[float], before: list[float]) -> float:
-    """One-sided: `after` below `before`, prompt by prompt; 1.0 when nothing differs (or one prompt only)."""
-    differences = [b - a for a, b in zip(before, after)]
-    if len(differences) < 2 or not any(differences):
+def _sign_p(after: list[float], before: list[float]) -> float:
+    """One-sided: more of the changed prompts went down than a fair coin gives; 1.0 when none changed."""
+    changed = [b - a for a, b in zip(before, after) if abs(b - a) > 1e-9]
+    if not changed:
         return 1.0
-    if len(set(differences)) == 1:   # the same shift on every prompt: no spread, the t statistic is infinite
-        return 0.0 if differences[0] < 0 else 1.0
-    return float(ttest_rel(after, before, alternative="less").pvalue)
+    return float(binomtest(sum(d < 0 for d in changed), len(changed), 0.5, alternative="greater").pvalue)
 
 
 def collapses(rows: Sequence[dict[str, Any]], *, alpha: float) -> list[Collapse]:
@@ -73,10 +79,11 @@ def collapses(rows: Sequence[dict[str, Any]], *, alpha: float) -> list[Collapse]
             continue
         before, after = [_length(alone[k]) for k in keys], [_length(loaded[k]) for k in keys]
         lower = sum(b < a - 1e-9 for a, b in zip(before, after))
-        p_value = _paired_p(after, before)
+        changed = sum(abs(b - a) > 1e-9 for a, b in zip(before, after))
+        p_value = _sign_p(after, before)
         pooled_alone, pooled_loaded = _pooled(alone, keys), _pooled(loaded, keys)
         if p_value < alpha / len(higher) and pooled_loaded <= (1 - COLLAPSE_DROP) * pooled_alone:
-            found.append(Collapse(row["concurrency"], pooled_alone, pooled_loaded, lower, len(keys), p_value))
+            found.append(Collapse(row["concurrency"], pooled_alone, pooled_loaded, lower, len(keys), changed, p_value))
     return found
 
 

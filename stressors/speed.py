@@ -21,7 +21,9 @@ from typing import Any, Sequence
 from spec_route_suite.routes.base import Request
 from spec_route_suite.stressors.driver import LoadRun, burst, drive_handle, plan
 
-SPEED_PROMPTS = 8
+SPEED_PROMPTS = 24   # the acceptance-collapse warning's power: llama.cpp's EAGLE-3 collapse (F4) as the full run of
+                     # 2026-12-05 measured it (7 of 16 prompts lower) is caught by 2% of gates of 8 prompts, 63% of
+                     # 16, 94% of 24 (python -m benchmarks.collapse_power, which has the weaker gates too)
 SPEED_TOKENS = 32
 MIN_REQUESTS = SPEED_PROMPTS   # per level: concurrency c sends max(MIN_REQUESTS, c) requests (every prompt once,
                                # and at least one full wave)

@@ -95,3 +95,14 @@ def test_interrupted_run_leaves_a_valid_report_marked_incomplete(tmp_path):
     assert report["complete"] is False and report["interrupted"] is True
     assert report["verdict"] == "wait" and report["counts"].get("passed", 0) >= 2
     assert "INCOMPLETE" in next((tmp_path / "out").glob("*/summary.md")).read_text()
+
+
+def test_the_speed_gate_alone_writes_its_run_folder(tmp_path):
+    """The speed gate carries no check family; run alone it still writes the run folder with its measurements (and
+    any acceptance-collapse warning), where it used to leave nothing (2026-12-05, llama.cpp's DFlash preset)."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "stressors/test_speed.py", "-p", "no:cacheprovider",
+                             "--report-dir", str(tmp_path / "out"), "--prompt-limit", "1", "--categories", "math"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:]
+    report = json.loads(next((tmp_path / "out").glob("*/report.json")).read_text())
+    assert {row["candidate"] for row in report["measurements"]["speed"]} == {"candidate", "reference-batched"}

@@ -37,6 +37,12 @@ def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_t
         "accepted": snapshot.accepted,
         "accepted_per_pos": per_pos,
         "mean_acceptance_length": round(1 + snapshot.accepted / drafts, 4) if drafts else None,
+        # the same figure from what the server emitted (each step: its accepted drafts plus one; each finished
+        # request: one from its prefill), so a server that counts unsent drafts as accepted cannot inflate it; an
+        # upper bound where some steps decode without a draft
+        "emitted_per_draft_step": (round((snapshot.emitted - snapshot.finished) / drafts, 4)
+                                   if drafts and snapshot.emitted is not None and snapshot.finished is not None
+                                   else None),
         "draft_acceptance_rate": round(snapshot.accepted / snapshot.draft_tokens, 4) if snapshot.draft_tokens else None,
         "per_position_acceptance_rate": [round(a / drafts, 4) for a in per_pos] if drafts else [],
         "drafted": drafts > 0,
