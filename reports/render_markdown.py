@@ -93,8 +93,10 @@ def _speculation(report: dict[str, Any]) -> list[str]:
     lines = ["## Speculation", "", "| candidate | speculation | mean acceptance length | acceptance by position |"
              " counter invariants | by traffic (the answers' own counters) |", "|---|---|---|---|---|---|"]
     by_traffic = report.get("acceptance_by_traffic") or {}
+    emitted_shown = False
     for row in rows:
         acc = (report.get("acceptance") or {}).get(row["route"]) or {}
+        emitted_shown |= _overcounted(acc)
         rates = ", ".join(f"{r:.2f}" for r in acc.get("per_position_acceptance_rate") or []) or "n/a"
         invariants = {True: "hold", False: "BROKEN"}.get(acc.get("invariants_hold"), "n/a")
         broken = [name for name, ok in (acc.get("invariants") or {}).items() if ok is False]
@@ -107,7 +109,7 @@ def _speculation(report: dict[str, Any]) -> list[str]:
                       "and sampled apart; where an engine states no drafting steps per answer (llama.cpp), its decode "
                       "steps stand in, so the figure is a lower bound. The mean acceptance length beside it is the "
                       "server's counters over all of the run's traffic."]
-    if any("by emitted tokens" in line for line in lines):
+    if emitted_shown:
         lines += ["", "By emitted tokens: (output tokens - finished requests) / drafts, from the server's own counters, "
                       "beside a mean acceptance length whose accepted count exceeds what the server emitted (drafts "
                       "counted as accepted past a request's end): the figure to compare; an upper bound where some "
@@ -119,10 +121,13 @@ def _length(acc: dict[str, Any]) -> str:
     """"3.0558 (2.759 by emitted tokens)": the counters' figure, and the one from what the server emitted when the
     counters claim more accepted tokens than were emitted (vLLM counts drafts past a request's end)."""
     length = acc.get("mean_acceptance_length") or "n/a"
-    emitted = acc.get("emitted_per_draft_step")
-    if emitted is not None and (acc.get("invariants") or {}).get("accepted_le_emitted") is False:
-        return f"{length} ({emitted} by emitted tokens)"
-    return str(length)
+    return f"{length} ({acc['emitted_per_draft_step']} by emitted tokens)" if _overcounted(acc) else str(length)
+
+
+def _overcounted(acc: dict[str, Any]) -> bool:
+    """The counters claim more accepted tokens than the server emitted, and the emitted figure is known."""
+    return (acc.get("emitted_per_draft_step") is not None
+            and (acc.get("invariants") or {}).get("accepted_le_emitted") is False)
 
 
 def _by_traffic(bands: dict[str, Any] | None) -> str:
