@@ -157,7 +157,7 @@ class SuiteClient:
     """What a stressor runs: RouteHandle (background loop, TimedRoute, OpenAIRoute) + drive_handle."""
 
     def __init__(self, url: str):
-        spec = parse_route_uri("bench", f"openai:{url}?model={MODEL}", base=ROOT)
+        spec = parse_route_uri("bench", f"openai:{url}?model={MODEL}&tokenizer=fixtures/models/target", base=ROOT)
         self.loop = BackgroundLoop()
         self.handle = RouteHandle(TimedRoute(build_route(spec)), spec, self.loop, 30.0)
         self.rounds = 0

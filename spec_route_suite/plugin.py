@@ -20,17 +20,21 @@ import pytest
 from spec_route_suite import options
 from spec_route_suite.config import suite_config_from_options
 from spec_route_suite.routes.errors import CapabilityMissing, ContextExceeded, RouteError
+from spec_route_suite.routes.config_errors import Problems
 from spec_route_suite.routes.spec import ConfigError
 from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WORKER_STATE_KEY, RunCollector, check_of,
                                                 new_run_id)
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.redact import Redactor
+from spec_route_suite.reports.terminal import require_shortfall, verdict_block
 from spec_route_suite.reports.writer import write_run_folder
 from spec_route_suite.stash import COLLECTOR_KEY, CONFIG_KEY
 
 pytest_plugins = ("spec_route_suite.fixtures.route_fixtures",)   # the fixtures that hand routes to the checks
 USAGE_KEY = pytest.StashKey["UsageErrors"]()
 SERVERS_KEY = pytest.StashKey[object]()   # spec_route_suite.servers.ManagedServers | None, controller only
+PREFLIGHT_KEY = pytest.StashKey[list]()   # spec_route_suite.preflight.RoutePreflight per server route, controller only
+REPORT_KEY = pytest.StashKey[dict]()      # the run's report.json, once written (the closing block reads it)
 USAGE_ERROR_PROPERTY = "spec_suite_usage_error"
 RUN_ID_INPUT = "spec_suite_run_id"
 INVOCATION_DIR_INPUT = "spec_suite_invocation_dir"
@@ -45,12 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _route_suite_by_default(config)
     workerinput = getattr(config, "workerinput", None)
     invocation_dir = Path(workerinput[INVOCATION_DIR_INPUT]) if workerinput else config.invocation_params.dir
-    try:
-        suite = suite_config_from_options(options.suite_options(config), invocation_dir=invocation_dir)
-        from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
-        prompts = prompt_set(suite)   # every source row read and checked: a malformed one exits 4 here
-    except ConfigError as exc:
-        raise pytest.UsageError(f"bad configuration: {exc}") from None
+    suite, prompts = _configuration(config, invocation_dir, controller=workerinput is None)
     config.stash[CONFIG_KEY] = suite
     run_id = workerinput[RUN_ID_INPUT] if workerinput else new_run_id()
     collector = RunCollector(run_dir=suite.report_dir / run_id, run_id=run_id, config_public=suite.public_dict(),
@@ -58,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
                              redact=Redactor(suite.routes.secrets()), is_worker=workerinput is not None,
                              worker_id=workerinput["workerid"] if workerinput else "main")
     collector.worker_state.notes.extend(prompts.notes)
-    collector.command = "spec-route-suite " + shlex.join(str(a) for a in config.invocation_params.args)
+    collector.command = typed_command(config)
     config.stash[COLLECTOR_KEY] = collector
     config.pluginmanager.register(collector, "spec-suite-collector")
     config.stash[USAGE_KEY] = UsageErrors()
@@ -68,6 +67,64 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ProgressPlugin(config, settings), "spec-suite-progress")
     import torch  # deferred: option parsing and usage errors stay fast
     torch.set_num_threads(suite.torch_threads)
+
+
+def _configuration(config: pytest.Config, invocation_dir: Path, *, controller: bool):
+    """(SuiteConfig, prompt set) from the command line, or one usage error (exit 4) that names every mistake of
+    the command line, the routes file and its [servers] table at once."""
+    problems = Problems()
+    suite = prompts = None
+    given = options.suite_options(config)
+    with problems.field():
+        suite = suite_config_from_options(given, invocation_dir=invocation_dir)
+    unmanaged = suite is not None and not suite.routes.setting("servers")
+    if unmanaged and controller and not config.getoption("no_preflight"):
+        _fail_unreachable(suite)   # a server that is not there: one line now, before the prompts and torch load
+    if suite is not None:
+        from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
+        with problems.field():
+            prompts = prompt_set(suite)   # every source row read and checked: a malformed one exits 4 here
+    with problems.field():
+        if controller:
+            _check_servers_table(given, invocation_dir)
+    with problems.field():
+        options.option("require").value({"require": config.getoption("require")})
+    try:
+        problems.raise_any()
+    except ConfigError as exc:
+        raise pytest.UsageError(f"bad configuration: {exc}") from None
+    return suite, prompts
+
+
+def _fail_unreachable(suite) -> None:
+    from spec_route_suite.preflight import unreachable
+    down = unreachable([suite.routes.baseline, *suite.routes.candidates])
+    if down:
+        raise pytest.UsageError("preflight failed: " + "; ".join(c.line() for c in down))
+
+
+def _check_servers_table(given, invocation_dir: Path) -> None:
+    """The routes file's [servers] table, validated by its engine module before anything starts."""
+    from spec_route_suite.config import routes_path
+    if not options.option("routes").given(given):
+        return
+    path = routes_path(options.option("routes").given(given), invocation_dir)
+    try:
+        import tomllib
+        table = tomllib.loads(path.read_text()).get("servers")
+    except (OSError, ValueError):
+        return   # the routes file's own reader names that
+    from spec_route_suite.servers import servers_table
+    servers_table(table, path)
+
+
+def typed_command(config: pytest.Config) -> str:
+    """The command as the user typed it: `spec-route-suite ARGS` (without what that command adds for pytest), or
+    `pytest ARGS` in the checkout; recorded in report.json and quoted by issue files."""
+    from spec_route_suite.cli import COMMAND, typed_args
+    args = [str(a) for a in config.invocation_params.args]
+    typed = typed_args(args)
+    return shlex.join([COMMAND, *typed] if typed is not None else ["pytest", *args])
 
 
 def _route_suite_by_default(config: pytest.Config) -> None:
@@ -190,9 +247,47 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         config.stash[SERVERS_KEY] = start_managed_servers(suite.routes, suite.routes_file, log=_log)
     except ConfigError as exc:
         raise pytest.UsageError(f"bad configuration: {exc}") from None
-    except ServerError as exc:  # the routes stay unreachable: every test turns that into a finding
-        config.stash[COLLECTOR_KEY].worker_state.notes.append(f"managed servers did not start: {exc}")
-        _log(f"spec-suite: managed servers did not start: {exc}")
+    except ServerError as exc:  # the routes are not there: the run cannot judge them
+        raise pytest.UsageError(f"preflight: managed servers did not start: {exc}") from None
+    if not config.getoption("no_preflight"):
+        _preflight(config, suite)
+
+
+def _preflight(config: pytest.Config, suite) -> None:
+    """Every server route answers and speaks the local tokenizer's ids, or the run ends here (exit 4, one line,
+    no run folder): a route that is not there is the user's configuration, never a finding."""
+    from spec_route_suite.preflight import preflight
+    checks = preflight([suite.routes.baseline, *suite.routes.candidates])
+    config.stash[PREFLIGHT_KEY] = checks
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        servers = config.stash.get(SERVERS_KEY, None)
+        if servers is not None:
+            config.stash[SERVERS_KEY] = None
+            servers.release(_log)
+        raise pytest.UsageError("preflight failed: " + "; ".join(c.line() for c in failed))
+    config.stash[COLLECTOR_KEY].worker_state.notes.extend(
+        f"preflight: '{c.name}': {note}" for c in checks for note in c.notes)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What is judged, said before the first check: routes, the engines as they state themselves, the budget and
+    the prompts."""
+    suite = config.stash.get(CONFIG_KEY, None)
+    if suite is None:
+        return []
+    stated = {c.name: c for c in config.stash.get(PREFLIGHT_KEY, [])}
+    lines = []
+    for role, spec in [("baseline", suite.routes.baseline)] + [("candidate", c) for c in suite.routes.candidates]:
+        where = spec.base_url or spec.model
+        check = stated.get(spec.name)
+        engine = f", {check.engine} {check.version}" if check else ""
+        lines.append(f"spec-route-suite {role} '{spec.name}': {spec.kind} {where}"
+                     + (f" model {spec.model}" if spec.base_url else "") + engine)
+    prompts = ", ".join(s.public_dict().get("source", str(s)) for s in suite.prompt_sources) or "the fixture prompts"
+    lines.append(f"spec-route-suite budget: --alpha {suite.alpha:g}, --detect-tv {suite.detect_tv:g}, concurrency "
+                 f"{','.join(map(str, suite.concurrency_levels))}; prompts: {prompts}")
+    return lines
 
 
 def _log(message: str) -> None:
@@ -236,7 +331,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             collector.interrupted = True
         collector.worker_states = collector.worker_states or [collector.worker_state.__dict__]
-        write_run_folder(collector)
+        report = write_run_folder(collector)
+        session.config.stash[REPORT_KEY] = report
+        required = session.config.getoption("require")
+        if required and session.exitstatus == pytest.ExitCode.OK and require_shortfall(report, required):
+            session.exitstatus = options.REQUIRE_EXIT
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -248,8 +347,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The verdict block, last on the terminal (every run that wrote its folder: passed, failed or interrupted),
+    and what --require made of it."""
     collector = config.stash.get(COLLECTOR_KEY, None)
-    if collector is not None and collector.active and not collector.is_worker:
-        terminalreporter.write_sep("-", f"spec-suite run folder: {collector.run_dir}")
+    report = config.stash.get(REPORT_KEY, None)
     for line in config.stash[USAGE_KEY].lines if USAGE_KEY in config.stash else ():
         terminalreporter.write_line(f"ERROR: {line}", red=True)
+    if collector is None or report is None:
+        return
+    colour = {"adopt": "green", "pilot": "yellow", "wait": "yellow", "avoid": "red"}[report["verdict"]]
+    terminalreporter.write_sep("=", "spec-route-suite verdict", **{colour: True, "bold": True})
+    for line in verdict_block(report, collector.run_dir):
+        terminalreporter.write_line(line)
+    required = config.getoption("require")
+    shortfall = require_shortfall(report, required) if required else []
+    if shortfall:
+        terminalreporter.write_line(f"--require {required} not met (exit {options.REQUIRE_EXIT}): "
+                                    + "; ".join(shortfall), red=True)

@@ -23,8 +23,8 @@ from spec_route_suite.stressors.replay import WIRE_HELPERS
 from tests.hostile_shapes import chat_body, llama_body, llama_events, sglang_body, vllm_body, vllm_events
 
 ROOT = Path(__file__).resolve().parent.parent
-URIS = {"openai": "openai:http://answers.invalid/v1?model=toy", "sglang": "sglang:http://answers.invalid?model=toy",
-        "llama-cpp": "llama-cpp:http://answers.invalid?model=toy"}
+URIS = {"openai": "openai:http://answers.invalid/v1?model=toy&tokenizer=fixtures/models/target", "sglang": "sglang:http://answers.invalid?model=toy&tokenizer=fixtures/models/target",
+        "llama-cpp": "llama-cpp:http://answers.invalid?model=toy&tokenizer=fixtures/models/target"}
 SCRIPT_IMPORTS = {"argparse", "asyncio", "json", "os", "sys", "httpx"}   # python3 + httpx, nothing else
 
 

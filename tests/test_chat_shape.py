@@ -173,7 +173,7 @@ def test_a_missing_chat_endpoint_is_a_missing_capability_not_an_error():
     req = chat_request(tokenizer, [("user", "Hi.")], max_tokens=2, request_id="chat-missing")
     base_url, stop = serve_in_thread("reference:", model_name="tiny", chat=False)
     try:
-        route = build_route(parse_route_uri("candidate", f"openai:{base_url}?model=tiny", base=Path.cwd()))
+        route = build_route(parse_route_uri("candidate", f"openai:{base_url}?model=tiny&tokenizer=fixtures/models/target", base=Path.cwd()))
         async def ask():
             try:
                 return await route.generate(req)
@@ -187,9 +187,9 @@ def test_a_missing_chat_endpoint_is_a_missing_capability_not_an_error():
 
 
 def test_llama_cpp_declares_no_chat_and_the_plant_parses():
-    llama = build_route(parse_route_uri("candidate", "llama-cpp:http://127.0.0.1:9/?model=m", base=Path.cwd()))
+    llama = build_route(parse_route_uri("candidate", "llama-cpp:http://127.0.0.1:9/?model=m&tokenizer=fixtures/models/target", base=Path.cwd()))
     assert llama.capabilities.chat is False and "not verified" in llama.chat_unsupported_why
-    spec = parse_route_uri("candidate", f"openai:http://127.0.0.1:9/v1?model=m&plant=chat-divergence@{PLANT_AT}",
+    spec = parse_route_uri("candidate", f"openai:http://127.0.0.1:9/v1?model=m&tokenizer=fixtures/models/target&plant=chat-divergence@{PLANT_AT}",
                            base=Path.cwd())
     assert parse_plant(spec) == ("chat-divergence", PLANT_AT)
 
@@ -200,7 +200,7 @@ def test_a_chat_repro_resends_the_messages_to_the_chat_endpoint():
     tokenizer = load_tokenizer(str(TARGET_DIR))
     req = chat_request(tokenizer, [("system", "Be brief."), ("user", "Hi.")], max_tokens=4, request_id="r")
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}]
-    spec = parse_route_uri("candidate", "openai:http://127.0.0.1:9/v1?model=tiny", base=Path.cwd())
+    spec = parse_route_uri("candidate", "openai:http://127.0.0.1:9/v1?model=tiny&tokenizer=fixtures/models/target", base=Path.cwd())
     adapter = adapter_handle(build_route(spec), spec)
     baseline = {"name": "baseline", "kind": "hf", "model": str(TARGET_DIR)}
     for handle in (in_process("candidate"), adapter):

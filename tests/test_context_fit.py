@@ -48,7 +48,7 @@ def byte_level():
 # ---- configuration ----
 def test_max_context_from_route_file_and_uri():
     table = spec_from_table("candidate", {"kind": "reference", "max_context": 256}, base=ROOT, environ={})
-    uri = parse_route_uri("baseline", "openai:http://127.0.0.1:8000/v1?model=m&max_context=300", base=ROOT, environ={})
+    uri = parse_route_uri("baseline", "openai:http://127.0.0.1:8000/v1?model=m&tokenizer=fixtures/models/target&max_context=300", base=ROOT, environ={})
     assert (table.max_context, uri.max_context) == (256, 300)
     assert table.public_dict()["max_context"] == 256
     assert parse_route_uri("baseline", "reference:", base=ROOT, environ={}).max_context is None
@@ -164,7 +164,7 @@ def small_server():
     servers = [make_server(engine) for _ in range(2)]   # two endpoints: a candidate may not be the baseline's own
     for httpd in servers:
         threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    yield engine, *(f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny" for httpd in servers)
+    yield engine, *(f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny&tokenizer=fixtures/models/target" for httpd in servers)
     for httpd in servers:
         httpd.shutdown()
         httpd.server_close()
@@ -237,7 +237,7 @@ def silent_server():
                           state_context=False)
     httpd = make_server(engine)
     threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    yield engine, f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny"
+    yield engine, f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1?model=tiny&tokenizer=fixtures/models/target"
     httpd.shutdown()
     httpd.server_close()
     engine.close()

@@ -41,9 +41,9 @@ _ROUTES: dict[str, object] = {}
 def route(kind: str):
     """One route object per flavour for the whole module (its tokenizer table is built once)."""
     if kind not in _ROUTES:
-        uri = {"openai": "openai:http://hostile.invalid/v1?model=toy",
-               "sglang": "sglang:http://hostile.invalid?model=toy",
-               "llama-cpp": "llama-cpp:http://hostile.invalid?model=toy"}[kind]
+        uri = {"openai": "openai:http://hostile.invalid/v1?model=toy&tokenizer=fixtures/models/target",
+               "sglang": "sglang:http://hostile.invalid?model=toy&tokenizer=fixtures/models/target",
+               "llama-cpp": "llama-cpp:http://hostile.invalid?model=toy&tokenizer=fixtures/models/target"}[kind]
         _ROUTES[kind] = build_route(parse_route_uri("candidate", uri, base=ROOT))
     return _ROUTES[kind]
 

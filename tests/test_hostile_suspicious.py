@@ -57,7 +57,7 @@ def against(server, work, **switches):
     base_url, fault_plan = server
     for name, value in {**CLEAN, **switches}.items():
         setattr(fault_plan, name, value)
-    route = build_route(parse_route_uri("candidate", f"openai:{base_url}?model=hostile", base=ROOT))
+    route = build_route(parse_route_uri("candidate", f"openai:{base_url}?model=hostile&tokenizer=fixtures/models/target", base=ROOT))
 
     async def main():
         try:

@@ -240,8 +240,8 @@ def test_http_repro_compares_text_when_the_server_returns_no_token_ids(tmp_path,
 def test_http_repro_resends_what_the_adapter_sent_to_the_engines_own_endpoint():
     """A llama.cpp route's repro posts the adapter's own /completion body, not an OpenAI payload."""
     req = Request(prompt_ids=(1, 2, 3), max_tokens=4, request_id="r1")
-    specs = {name: parse_route_uri(name, uri, base=ROOT) for name, uri in (("baseline", "llama-cpp:http://h:2?model=m"),
-                                                                          ("candidate", "llama-cpp:http://h:3?model=m"))}
+    specs = {name: parse_route_uri(name, uri, base=ROOT) for name, uri in (("baseline", "llama-cpp:http://h:2?model=m&tokenizer=fixtures/models/target"),
+                                                                          ("candidate", "llama-cpp:http://h:3?model=m&tokenizer=fixtures/models/target"))}
     handles = {name: adapter_handle(build_route(spec), spec) for name, spec in specs.items()}
     block = parity_repro([req], candidate=handles["candidate"], baseline=handles["baseline"])
     script, curl, data = script_for(block, specs=[s.public_dict() for s in specs.values()], route="candidate")

@@ -30,7 +30,7 @@ def test_hf_uri_with_draft_parses_into_frozen_spec():
 def test_prompt_lookup_and_openai_uris_parse():
     lookup = parse_route_uri("candidate", f"hf:{TARGET}?prompt_lookup=3", base=ROOT, environ={})
     assert lookup.prompt_lookup == 3 and lookup.speculative
-    server = parse_route_uri("baseline", "openai:http://127.0.0.1:8000/v1?model=tiny&timeout=7", base=ROOT, environ={})
+    server = parse_route_uri("baseline", "openai:http://127.0.0.1:8000/v1?model=tiny&tokenizer=fixtures/models/target&timeout=7", base=ROOT, environ={})
     assert (server.base_url, server.model, server.timeouts.request_s) == ("http://127.0.0.1:8000/v1", "tiny", 7.0)
 
 
@@ -42,12 +42,12 @@ def test_prompt_lookup_and_openai_uris_parse():
     (f"hf:{TARGET}?num_assistant_tokens=4", "candidate.num_assistant_tokens"),
     (f"hf:{TARGET}?draft={TARGET}&num_assistant_tokens=zero", "candidate.num_assistant_tokens"),
     (f"hf:{TARGET}?prompt_lookup=-1", "candidate.prompt_lookup"),
-    ("openai:ftp://127.0.0.1/v1?model=m", "candidate.base_url"),
-    ("openai:http://127.0.0.1:notaport/v1?model=m", "candidate.base_url"),
-    ("openai:http://127.0.0.1:8000/v1", "candidate.model"),
+    ("openai:ftp://127.0.0.1/v1?model=m&tokenizer=fixtures/models/target", "candidate.base_url"),
+    ("openai:http://127.0.0.1:notaport/v1?model=m&tokenizer=fixtures/models/target", "candidate.base_url"),
+    ("openai:http://127.0.0.1:8000/v1?tokenizer=fixtures/models/target", "candidate.model"),
     ("openai:http://127.0.0.1:8000/v1?model=m&tokenizer=/no/such/tok", "candidate.tokenizer"),
-    ("openai:http://127.0.0.1:8000/v1?model=m&api_key_env=SPEC_SUITE_UNSET_KEY", "candidate.api_key_env"),
-    ("openai:http://127.0.0.1:8000/v1?model=m&timeout=0", "candidate.timeouts.request"),
+    ("openai:http://127.0.0.1:8000/v1?model=m&tokenizer=fixtures/models/target&api_key_env=SPEC_SUITE_UNSET_KEY", "candidate.api_key_env"),
+    ("openai:http://127.0.0.1:8000/v1?model=m&tokenizer=fixtures/models/target&timeout=0", "candidate.timeouts.request"),
 ])
 def test_bad_uri_names_the_field(uri, field):
     with pytest.raises(ConfigError) as excinfo:

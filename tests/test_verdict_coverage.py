@@ -381,7 +381,7 @@ def test_a_candidate_that_is_the_baseline_itself_waits_because_speculation_did_n
 @pytest.mark.parametrize("args, field", [
     (["--baseline", f"hf:{TARGET}?draft={DRAFT}"], "baseline"),
     (["--baseline", f"hf:{TARGET}?prompt_lookup=3"], "baseline"),
-    (["--baseline", "openai:http://127.0.0.1:9/v1?model=tiny", "--candidate", "openai:http://127.0.0.1:9/v1/?model=tiny"],
+    (["--baseline", "openai:http://127.0.0.1:9/v1?model=tiny&tokenizer=fixtures/models/target", "--candidate", "openai:http://127.0.0.1:9/v1/?model=tiny&tokenizer=fixtures/models/target"],
      "candidate.base_url"),
 ])
 def test_a_speculative_baseline_or_the_baselines_own_endpoint_exits_4(tmp_path, args, field):
@@ -390,8 +390,8 @@ def test_a_speculative_baseline_or_the_baselines_own_endpoint_exits_4(tmp_path, 
 
 
 def test_a_distinct_ar_baseline_and_endpoint_are_accepted(tmp_path):
-    result, _ = _suite(tmp_path, "--baseline", "openai:http://127.0.0.1:9/v1?model=tiny",
-                       "--candidate", "openai:http://127.0.0.1:9/v1?model=tiny-spec", "--collect-only")
+    result, _ = _suite(tmp_path, "--baseline", "openai:http://127.0.0.1:9/v1?model=tiny&tokenizer=fixtures/models/target",
+                       "--candidate", "openai:http://127.0.0.1:9/v1?model=tiny-spec&tokenizer=fixtures/models/target", "--collect-only")
     assert result.returncode == 0, result.stderr[-1000:]
 
 

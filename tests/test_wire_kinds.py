@@ -35,8 +35,8 @@ def test_parsing_every_kind_never_imports_torch():
         from pathlib import Path
         from spec_route_suite.routes.spec import parse_route_uri
         from spec_route_suite.routes.kinds import route_kinds
-        for uri in ("hf:{ROOT}/fixtures/models/target", "reference:", "openai:http://127.0.0.1:9/v1?model=m",
-                    "sglang:http://127.0.0.1:9?model=m", "llama-cpp:http://127.0.0.1:9?model=m"):
+        for uri in ("hf:{ROOT}/fixtures/models/target", "reference:", "openai:http://127.0.0.1:9/v1?model=m&tokenizer=fixtures/models/target",
+                    "sglang:http://127.0.0.1:9?model=m&tokenizer=fixtures/models/target", "llama-cpp:http://127.0.0.1:9?model=m&tokenizer=fixtures/models/target"):
             parse_route_uri("c", uri, base=Path("."))
         assert set(route_kinds()) == {{"hf", "reference", "openai", "sglang", "llama-cpp"}}, route_kinds()
         print(sorted(m for m in ("torch", "transformers", "numpy") if m in sys.modules))
@@ -72,7 +72,7 @@ def test_a_kind_from_any_module_registers_by_its_decorator(tmp_path, monkeypatch
     '''))
     monkeypatch.setattr(kinds, "_REGISTERED", {})
     monkeypatch.syspath_prepend(str(tmp_path))
-    uri = "toy-wire:http://127.0.0.1:9/v1?model=m"
+    uri = "toy-wire:http://127.0.0.1:9/v1?model=m&tokenizer=fixtures/models/target"
     with pytest.raises(ConfigError, match="unknown route kind 'toy-wire'"):
         parse_route_uri("candidate", uri, base=ROOT)
     import_module("toy_wire")
