@@ -83,33 +83,32 @@ def class_problems(by_class: Mapping[str, Any], route: str | None = None) -> lis
     return problems
 
 
+BAD_OUTCOMES = ("diverged", "shift", "flipped under load")   # what a class may show that the summary names
+
+
 def markdown(by_class: Mapping[str, Any]) -> list[str]:
-    """The summary's "By prompt class" section (nothing when no check measured classes)."""
+    """The summary's "By prompt class" section, a row per candidate: its mean acceptance length per class, and the
+    classes where a check found a divergence, a shift or a flip (the full tables: report.json `by_class`)."""
     acceptance, outcomes = by_class.get("acceptance") or {}, by_class.get("outcomes") or []
     if not acceptance and not outcomes:
         return []
-    lines = ["", "## By prompt class", ""]
-    if acceptance:
-        lines += ["| candidate | class | answers | mean acceptance length | acceptance by position | evidence |",
-                  "|---|---|---|---|---|---|"]
-        for route, profile in sorted(acceptance.items()):
-            for c in profile["classes"]:
-                rates = ", ".join(f"{r:.2f}" for r in c.get("per_position_acceptance_rate") or []) or "n/a"
-                mal = c.get("mean_acceptance_length")
-                shown = f"{mal}" if mal is not None else ("n/a" if c.get("method") != "none" else f"unknown ({c['why']})")
-                lines.append(f"| `{route}` | {c['source']}/{c['category']} | {c['answers']} | {shown} | {rates} | "
-                             f"{c['method']} |")
-        measured = sorted({f"`{r}` {p['measured_by']}" for r, p in acceptance.items() if p.get("measured_by")})
-        lines += ["", f"Measured: {'; '.join(measured)}.", ""]
-    if outcomes:
-        checks = list(dict.fromkeys(o["check"] for o in outcomes))
-        lines += ["| candidate | class | " + " | ".join(checks) + " |", "|---|---|" + "---|" * len(checks)]
-        rows: dict[tuple[str, str, str], dict[str, str]] = {}
+    routes = sorted({*acceptance, *(o["route"] for o in outcomes)})
+    sources = {c["source"] for p in acceptance.values() for c in p["classes"]} | {o["source"] for o in outcomes}
+    name = (lambda c: f"{c['source']}/{c['category']}") if len(sources) > 1 else (lambda c: c["category"])
+    lines = ["", "## By prompt class", "", "| candidate | mean acceptance length by class | classes with a finding |",
+             "|---|---|---|"]
+    for route in routes:
+        lengths = " · ".join(f"{name(c)} {_length(c)}" for c in (acceptance.get(route) or {}).get("classes", []))
+        bad: dict[str, list[str]] = {}
         for o in outcomes:
-            cell = ", ".join(f"{n} {what}" for what, n in sorted(o["counts"].items()))
-            rows.setdefault((o["route"], o["source"], o["category"]), {})[o["check"]] = cell
-        for (route, source, category), cells in sorted(rows.items()):
-            lines.append(f"| `{route}` | {source}/{category} | " + " | ".join(cells.get(c, "-") for c in checks) + " |")
-        lines += ["", "One count per judged prompt (chat and task accuracy: per turn; distribution: per prompt and "
-                      "sampling setting)."]
-    return lines
+            for what, n in o["counts"].items():
+                if o["route"] == route and what in BAD_OUTCOMES and n:
+                    bad.setdefault(name(o), []).append(f"{o['check']} {n} {what}")
+        shown = "; ".join(f"{c}: {', '.join(v)}" for c, v in bad.items()) or "none"
+        lines.append(f"| `{route}` | {lengths or 'n/a'} | {shown[:200]} |")
+    return lines + [""]
+
+
+def _length(c: Mapping[str, Any]) -> str:
+    mal = c.get("mean_acceptance_length")
+    return f"{mal:.2f}" if isinstance(mal, (int, float)) else ("n/a" if c.get("method") != "none" else "unknown")

@@ -1,6 +1,7 @@
-"""summary.md: what a maintainer reads first, under MAX_CHARS for any run (a GitHub comment holds 65,536).
+"""summary.md: what a person reads first, in a minute, short enough to paste into a GitHub comment.
 
-The verdict and its reason, each candidate's verdict, the gaps (one line per kind, reports/verdict_lines.py),
+The verdict with a one-line legend of the four words, one row per candidate (its verdict, bug count and one-line
+reason), the gaps as a table (kind, families, candidates, why in one clause, how to close it: reports/gaps.py),
 the family x candidate matrix, the finding clusters (one line each, with their issue file and repro script),
 whether speculation ran, the speed gate, engine behaviour and notes. The details live in report.json,
 report.html (every coverage row with what it could detect) and issues/ (one per cluster). Sections that do
@@ -9,20 +10,24 @@ Environment: none.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from spec_route_suite.reports import by_class
 from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.compare import render_comparison
-from spec_route_suite.reports.matrix import coverage_matrix, shown
-from spec_route_suite.reports.speed import speed_section
-from spec_route_suite.reports.verdict_lines import GAPS_LEAD, candidate_rows, gap_lines, headline_reason
+from spec_route_suite.reports.coverage import FAMILIES
+from spec_route_suite.reports.matrix import coverage_matrix
+from spec_route_suite.reports.speed import shape, speed_rows
+from spec_route_suite.reports.gaps import gap_rows
+from spec_route_suite.reports.terminal import short_reason
 
-MAX_CHARS = 20_000
-CLUSTERS_SHOWN = 40
-ENGINE_NOTES_SHOWN = 12
-NOTES_SHOWN = 12
-LINE_CHARS = 300
+MAX_CHARS = 12_000   # a failing multi-candidate run; the default run's is under 6,000 (tests/test_summary.py)
+CLUSTERS_SHOWN = 15
+ENGINE_NOTES_SHOWN = 6
+NOTES_SHOWN = 6
+LINE_CHARS = 200
+CELL_CHARS = 200     # no table cell or bullet longer
 
 
 def _cut(text: str, limit: int = LINE_CHARS) -> str:
@@ -35,22 +40,53 @@ def _md(text: str) -> str:
     return str(text).replace("<", "&lt;").replace("|", "\\|")
 
 
+LEGEND = ("**ADOPT** promote it · **PILOT** nothing failed, but some checks could not be verified (the gaps) · "
+          "**WAIT** investigate before promoting (route errors, broken evidence) · **AVOID** a correctness bug")
+
+
 def _head(report: dict[str, Any]) -> list[str]:
     incomplete = "" if report["complete"] else " — **INCOMPLETE**: interrupted or a worker crashed; results are partial"
-    gaps = gap_lines(report)
-    return [f"# Route qualification: **{report['verdict'].upper()}**", "", f"{_md(headline_reason(report))}.", "",
-            *candidate_rows(report),
-            *([GAPS_LEAD[report["verdict"] == "pilot"], "", *gaps, ""] if gaps else []),
-            f"Run `{report['run_id']}`, {report['duration_s']} s{incomplete}. {_routes_line(report)}", "",
-            *[f"> **Warning**: {_md(_cut(w))}" for w in report.get("warnings", [])],
+    return [f"# Route qualification: **{report['verdict'].upper()}**", "", LEGEND, "",
+            *_candidates(report), *_gaps(report),
+            f"Run `{report['run_id']}`, {report['duration_s']:.0f} s{incomplete}. {_routes_line(report)} "
+            f"Details: report.html (every coverage row with its reason), report.json (everything).", "",
+            *[f"> **Warning**: {_md(_cut(w, CELL_CHARS))}" for w in report.get("warnings", [])],
             *([""] if report.get("warnings") else [])]
+
+
+def _candidates(report: dict[str, Any]) -> list[str]:
+    """| candidate | verdict | bug findings | why |: one row each, the reason in one line."""
+    verdicts = report.get("route_verdicts") or {}
+    rows = ["| candidate | verdict | bug findings | why |", "|---|---|---|---|"]
+    for name, verdict in verdicts.items():
+        bugs = sum(c.get("count", 1) for c in report.get("clusters") or []
+                   if c.get("route") == name and c.get("severity") == "bug")
+        rows.append(f"| `{name}` | **{verdict['verdict'].upper()}** | {bugs} | {_md(short_reason(verdict))} |")
+    return rows + [""]
+
+
+def _gaps(report: dict[str, Any]) -> list[str]:
+    rows = gap_rows(report.get("route_verdicts") or {})
+    if not rows:
+        return []
+    several = len(report.get("route_verdicts") or {}) > 1
+    lead = ("What keeps a candidate from ADOPT" if report["verdict"] == "pilot"
+            else "Besides the findings, what would keep a candidate from ADOPT")
+    lines = [f"## Gaps ({len(rows)}): {lead.lower()}", "",
+             "| gap | families | " + ("candidates | " if several else "") + "why | how to close it |",
+             "|---|---|" + ("---|" if several else "") + "---|---|"]
+    for row in rows:
+        candidates = f"{', '.join(f'`{c}`' for c in row['candidates'])} | " if several else ""
+        lines.append(f"| {row['kind']} | {_md(_cut(', '.join(row['families']) or '-', CELL_CHARS))} | {candidates}"
+                     f"{_md(_cut(row['why'], CELL_CHARS))} | {_md(_cut(row['close'], CELL_CHARS))} |")
+    return lines + [""]
 
 
 def _routes_line(report: dict[str, Any]) -> str:
     config = report.get("config", {})
     baseline = config.get("baseline", {})
     names = ", ".join(f"`{c.get('name')}` ({c.get('kind')})" for c in config.get("candidates", []))
-    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs candidate(s) {names}."
+    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs {names}."
 
 
 def _matrix(report: dict[str, Any]) -> list[str]:
@@ -58,12 +94,18 @@ def _matrix(report: dict[str, Any]) -> list[str]:
     names = [c.get("name") for c in report.get("config", {}).get("candidates", [])]
     lines = ["## Coverage by family", "", "| family | " + " | ".join(f"`{n}`" for n in names) + " |",
              "|---|" + "---|" * len(names)]
-    for family, cells in matrix.items():
-        lines.append(f"| {family} | " + " | ".join(shown(cells[n]) if n in cells else "?" for n in names) + " |")
+    for family in sorted(matrix, key=lambda f: FAMILIES.index(f) if f in FAMILIES else len(FAMILIES)):
+        cells = matrix[family]
+        lines.append(f"| {family} | " + " | ".join(compact(cells[n]) if n in cells else "?" for n in names) + " |")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.get("counts", {}).items()))
-    return lines + ["", f"yes: every part verified (a part only when every instance planned for it, per prompt, route "
-                        f"parameter or detector, ran with evidence); partly: some; no: not verified. Why, part by "
-                        f"part: the coverage table in report.html and report.json. Tests: {counts or 'none'}.", ""]
+    return lines + ["", f"yes / partly / no: every, some or none of a family's parts verified (k/n: its instances "
+                        f"verified, per prompt, parameter or detector). Tests: {counts or 'none'}.", ""]
+
+
+def compact(cell: dict[str, str]) -> str:
+    """"yes 70/70", "no 0/2", "n/a": a matrix cell in a few characters."""
+    found = re.match(r"(\d+) of (\d+) instances verified", cell.get("instances") or "")
+    return f"{cell['status']} {found.group(1)}/{found.group(2)}" if found else cell["status"]
 
 
 def _clusters(report: dict[str, Any]) -> list[str]:
@@ -78,7 +120,7 @@ def _clusters(report: dict[str, Any]) -> list[str]:
         files = ", ".join(f"[{p.split('/')[-1]}]({p})" for p in [cluster.get("issue"), *(cluster.get("repro") or [])[:1]]
                           if p) or "-"
         lines.append(f"| {cluster['id']} | {cluster['severity']} | {checks_of(cluster)} | `{cluster['route']}` | "
-                     f"{_md(frequency(cluster))} | {_md(_cut(cluster['title'], 220))} | {files} |")
+                     f"{_md(frequency(cluster))} | {_md(_cut(cluster['title'], 160))} | {files} |")
     if len(clusters) > CLUSTERS_SHOWN:
         lines.append(f"\n... and {len(clusters) - CLUSTERS_SHOWN} more cause(s): report.json `clusters`, issues/.")
     return lines + ["", "Each issue file is ready to paste upstream (the engine's bug template, the repro quoted "
@@ -91,7 +133,7 @@ def _speculation(report: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     lines = ["## Speculation", "", "| candidate | speculation | mean acceptance length | acceptance by position |"
-             " counter invariants | by traffic (the answers' own counters) |", "|---|---|---|---|---|---|"]
+             " counters | by traffic (the answers' own counters) |", "|---|---|---|---|---|---|"]
     by_traffic = report.get("acceptance_by_traffic") or {}
     emitted_shown = False
     for row in rows:
@@ -102,19 +144,14 @@ def _speculation(report: dict[str, Any]) -> list[str]:
         broken = [name for name, ok in (acc.get("invariants") or {}).items() if ok is False]
         if broken:
             invariants += f" ({', '.join(broken)})"
-        lines.append(f"| `{row['route']}` | {row['status']} | {_length(acc)} | "
+        lines.append(f"| `{row['route']}` | {_md(_cut(row['status'], 80))} | {_length(acc)} | "
                      f"{rates} | {invariants} | {_by_traffic(by_traffic.get(row['route']))} |")
-    if by_traffic:
-        lines += ["", "By traffic: 1 + accepted / steps over the answers (n=1) that state their own counters, greedy "
-                      "and sampled apart; where an engine states no drafting steps per answer (llama.cpp), its decode "
-                      "steps stand in, so the figure is a lower bound. The mean acceptance length beside it is the "
-                      "server's counters over all of the run's traffic."]
+    notes = (["By traffic: greedy and sampled answers apart, from each answer's own counters (llama.cpp: a lower "
+              "bound); the mean acceptance length beside it covers all of the run's traffic."] if by_traffic else [])
     if emitted_shown:
-        lines += ["", "By emitted tokens: (output tokens - finished requests) / drafts, from the server's own counters, "
-                      "beside a mean acceptance length whose accepted count exceeds what the server emitted (drafts "
-                      "counted as accepted past a request's end): the figure to compare; an upper bound where some "
-                      "steps decode without a draft."]
-    return lines + [""]
+        notes.append("By emitted tokens: (output tokens - finished requests) / drafts, beside counters that claim "
+                     "more accepted tokens than the server emitted.")
+    return lines + ["", *notes, ""] if notes else lines + [""]
 
 
 def _length(acc: dict[str, Any]) -> str:
@@ -133,10 +170,14 @@ def _overcounted(acc: dict[str, Any]) -> bool:
 def _by_traffic(bands: dict[str, Any] | None) -> str:
     """"greedy 3.91 (812 answers); sampled, T <= 1 2.8 (40 answers)": what each kind of traffic got."""
     if not bands:
-        return "n/a (no answer states its own counters)"
-    return "; ".join(f"{name} {tally['mean_acceptance_length'] or 'n/a'} ({tally['answers']} answers)"
-                     if tally.get("draft_tokens") else f"{name}: nothing drafted ({tally['answers']} answers)"
+        return "n/a (no answer states them)"
+    return "; ".join(f"{name} {_two(tally['mean_acceptance_length'])} ({tally['answers']})"
+                     if tally.get("draft_tokens") else f"{name}: nothing drafted ({tally['answers']})"
                      for name, tally in bands.items())
+
+
+def _two(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "n/a"
 
 
 def _by_class(report: dict[str, Any]) -> list[str]:
@@ -186,9 +227,20 @@ def _inventory(report: dict[str, Any]) -> list[str]:
                      f"{inv.get('dtype')} | {inv.get('max_model_len')} | {_md(_cut(inv.get('hardware', ''), 60))} |")
     parity = [p for p in report.get("parity", []) if p.get("warning")]
     accounting = report["findings_accounting"]
+    lost = accounting["recorded"] - accounting["received"]
     return lines + ["", *[f"- baseline parity: {_md(_cut(p['warning']))}" for p in parity],
-                    f"Findings recorded by workers: {accounting['recorded']}, received: {accounting['received']}. "
-                    f"Everything else (configuration, latency, memory, every finding's evidence): report.json.", ""]
+                    *([f"**{lost} finding(s) recorded by workers were lost** (report.json findings_accounting)."]
+                      if lost else []), ""]
+
+
+def _speed(report: dict[str, Any]) -> list[str]:
+    """The speed gate in a line per candidate (measured, never judged); its table and charts: report.html."""
+    measured = speed_rows(report)
+    if not measured:
+        return []
+    return ["## Speed gate (measured, not judged)", "",
+            *[f"- `{m['candidate']}` vs `{m.get('baseline')}`: {shape(m)} ({m.get('prompts')} prompts x "
+              f"{m.get('max_tokens')} tokens; per level: report.html)" for m in measured], ""]
 
 
 def _comparison(report: dict[str, Any]) -> list[str]:
@@ -199,14 +251,14 @@ def _comparison(report: dict[str, Any]) -> list[str]:
 SECTIONS: list[tuple[Callable[[dict[str, Any]], list[str]], str]] = [
     (_head, ""), (_matrix, "report.html"), (_clusters, "report.json `clusters` and issues/"),
     (_speculation, "report.json `speculation`"), (_by_class, "report.json `by_class`"),
-    (speed_section, "report.json `measurements.speed`"),
+    (_speed, "report.html"),
     (_comparison, "report.json `comparison`"), (_inventory, "report.json `inventories`"),
     (_engine_behaviour, "report.json `findings` (severity engine)"), (_notes, "report.json `notes`"),
 ]
 
 
 def render_summary(report: dict[str, Any]) -> str:
-    parts = [render(report) for render, _ in SECTIONS]
+    parts = [_single_blank(render(report)) for render, _ in SECTIONS]
     text = "\n".join(line for lines in parts for line in lines)
     droppable = [i for i in range(len(parts) - 1, 0, -1) if parts[i]]
     while len(text) > MAX_CHARS and droppable:
@@ -214,4 +266,11 @@ def render_summary(report: dict[str, Any]) -> str:
         title = next((line.lstrip("# ") for line in parts[index] if line.startswith("#")), "a section")
         parts[index] = [f"({title}: does not fit the summary's {MAX_CHARS} characters; see {SECTIONS[index][1]})", ""]
         text = "\n".join(line for lines in parts for line in lines)
-    return text[:MAX_CHARS - 1].rstrip("\n") + "\n"
+    return re.sub(r"\n{3,}", "\n\n", text)[:MAX_CHARS - 1].rstrip("\n") + "\n"
+
+
+def _single_blank(lines: list[str]) -> list[str]:
+    """A section's lines without a leading blank line (the previous section ends with one)."""
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    return lines
