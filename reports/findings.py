@@ -50,5 +50,16 @@ class Finding:
                             **details})
 
     @classmethod
+    def from_route_death(cls, error: Any, *, check: str, control: str, **details: Any) -> "Finding":
+        """A route that died on a request its baseline serves: a bug, named once, by the request that did it."""
+        cause = getattr(error, "cause", None)
+        what = f"{cause.kind}: {str(cause)[:160]}" if cause is not None else str(error)[:160]
+        return cls(check=check, severity="bug", route=error.route or "unknown",
+                   title=f"the route died at request {error.request_id} ({what}), then answered nothing; {control}",
+                   details={"error_kind": error.kind, "request_id": error.request_id, "cause": "route died",
+                            "signature": "the route died, then answered nothing", "detail": str(error)[:2000],
+                            "control": control, **details})
+
+    @classmethod
     def from_json(cls, text: str) -> "Finding":
         return cls(**json.loads(text))

@@ -59,6 +59,8 @@ CAUSES: tuple[tuple[str, Remedy], ...] = (
                                                "--detect-tv")),
     (r"no --prompts", Remedy("it judges your own prompts, and none were given", "add --prompts (README: your "
                                                                                 "workload)")),
+    (r"died at request", Remedy("the route died (its finding names the request)",
+                                "fix the crash its issue file describes, then rerun")),
     (r"route hung since|hung on the run's hang board", Remedy("the route stopped answering",
                                                               "restart the server; the notes name when it hung")),
     (r"num_speculative_tokens|draft depth", Remedy("the draft depth is not stated",

@@ -238,3 +238,13 @@ def suite_help(width: int = 100) -> str:
 def suite_options(config: pytest.Config) -> dict[str, Any]:
     """The command line's values of the options that feed SuiteConfig, by dest (what config.py parses)."""
     return {declared.dest: config.getoption(declared.dest) for declared in SUITE_OPTIONS}
+
+
+def options_page() -> str:
+    """docs/options.md: the help text in a code block, under a title."""
+    return ("# Options\n\n`spec-route-suite --help` prints this first, then pytest's own options; every pytest "
+            "option works too (`-n 8`, `-k`, `-x`).\n\n```text\n" + suite_help() + "```\n")
+
+
+if __name__ == "__main__":
+    print(options_page(), end="")

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from spec_route_suite import options
 from spec_route_suite.config import suite_config_from_options
-from spec_route_suite.routes.errors import CapabilityMissing, ContextExceeded, RouteError
+from spec_route_suite.routes.errors import CapabilityMissing, ContextExceeded, RouteDied, RouteError
+from spec_route_suite.routes.hangs import RouteHung
 from spec_route_suite.routes.config_errors import Problems
 from spec_route_suite.routes.spec import ConfigError
 from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WORKER_STATE_KEY, RunCollector, check_of,
@@ -193,16 +195,36 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     the routes are up (a context too small) becomes one line."""
     excinfo = call.excinfo
     check = check_of(item) or (UNJUDGED if (UNJUDGED_PROPERTY, "1") in item.user_properties else None)
-    if excinfo is not None and isinstance(excinfo.value, RouteError) and check:
+    if excinfo is not None and isinstance(excinfo.value, (RouteError, RouteDied)) and check:
         error = excinfo.value
         repro = _error_repro(item, error)
-        item.config.stash[COLLECTOR_KEY].record(item, Finding.from_route_error(
-            error, check=check, phase=call.when, **({"repro": repro} if repro else {})))
+        extra = {"phase": call.when, **({"repro": repro} if repro else {})}
+        finding = (_death_finding(item, error, check=check, **extra) if isinstance(error, RouteDied)
+                   else Finding.from_route_error(error, check=check, **extra))
+        item.config.stash[COLLECTOR_KEY].record(item, finding)
     outcome = yield
     if excinfo is not None and isinstance(excinfo.value, ConfigError):
         report = outcome.get_result()
         report.longrepr = f"bad configuration: {excinfo.value}"
         report.user_properties.append((USAGE_ERROR_PROPERTY, report.longrepr))
+
+
+def _death_finding(item: pytest.Item, error: RouteDied, *, check: str, **details) -> Finding:
+    """A candidate that died on a request the baseline serves: one bug finding naming that request (every later
+    check on it reads "not run"). The baseline answers the same request first, as the control; where it fails
+    too, or where the baseline itself died, it is the route error it is."""
+    request, session = getattr(error, "request", None), getattr(item, "funcargs", {}).get("route_session")
+    baseline = item.config.stash[CONFIG_KEY].routes.baseline.name
+    control = "the baseline was not asked"
+    if request is not None and session is not None and error.route != baseline and baseline in session.specs:
+        try:
+            session.handle(baseline).generate(replace(request, request_id=f"{request.request_id}-control"))
+            return Finding.from_route_death(error, check=check, control="the baseline answers the same request",
+                                            **details)
+        except (RouteError, RouteHung) as exc:
+            control = f"the baseline fails it too ({str(exc)[:200]})"
+    return replace(Finding.from_route_error(error, check=check, **details),
+                   title=f"{error.describe()[:250]}; {control}")
 
 
 def _error_repro(item: pytest.Item, error: RouteError) -> dict | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Iterable, Sequence
 
 from spec_route_suite.routes.base import Completion, Request, Route
-from spec_route_suite.routes.errors import RouteError
+from spec_route_suite.routes.errors import RouteDied, RouteError, stops_a_route
 from spec_route_suite.progress import track
 from spec_route_suite.reports.findings import Finding
 
@@ -28,7 +28,9 @@ MAX_SUBMISSIONS = 20_000
 ABORTED = "aborted"
 DEADLINE = "run-deadline"
 HUNG = "route-hung"
-Watch = Callable[[], Awaitable[str]]   # "" while the route answers its health check, else why it is hung
+# asked after a request timed out (None) or failed in a way that may have killed the route (its error): "" while
+# the route answers its health check or a canary, else why it stopped (the route is then marked hung, or dead)
+Watch = Callable[[RouteError | None], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
         req = sub.request
         start = loop.time() - t0
         in_flight = gauge.enter()
-        completion, kind, message = None, None, None
+        completion, kind, message, failure = None, None, None, None
         try:
             timeout = req.timeout_s or request_timeout_s
             if sub.abort_after_s is not None and sub.abort_after_s < timeout:
@@ -162,7 +164,7 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
                 except TimeoutError:
                     kind, message = "timeout", f"no answer within {timeout:.1f}s under load"
         except RouteError as exc:
-            kind, message = exc.kind, exc.describe()
+            kind, message, failure = exc.kind, exc.describe(), exc
         except asyncio.CancelledError:
             kind, message = ((HUNG, f"in flight when the route was found hung: {hung[0]}") if hung else
                              (DEADLINE, f"still running when the run deadline ({deadline_s:.0f}s) passed"))
@@ -173,9 +175,10 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
             outcomes[req.request_id] = Outcome(sub.key, req.request_id, completion, kind, message, start,
                                                loop.time() - t0, in_flight)
             progress.advance()
-        if kind == "timeout" and watch is not None and not hung:
-            async with asking:   # one health probe at a time: the requests that timed out together ask once
-                why = "" if hung else await watch()
+        asks = kind == "timeout" or (failure is not None and stops_a_route(failure))
+        if asks and watch is not None and not hung:
+            async with asking:   # one health probe at a time: the requests that failed together ask once
+                why = "" if hung else await watch(failure)
             if why and not hung:
                 hung.append(why)
                 for task in slots:   # the other slots stop: their requests in flight become "route-hung"
@@ -356,10 +359,16 @@ def deadline_for(n: int, *, mean_latency_s: float, request_timeout_s: float) -> 
 
 def drive_handle(handle, submissions: Sequence[Submission], *, concurrency: int, mean_latency_s: float) -> LoadRun:
     """Run `drive` on a RouteHandle's loop (the route the suite configured), bounded by the handle's deadline and
-    watched by its hang probe (a route found hung before raises RouteHung without sending anything)."""
+    watched by its hang probe (a route found hung before raises RouteHung without sending anything). A route that
+    died under this load ends the test: RouteDied names the request it died on (one finding), and a route another
+    test found dead meanwhile makes this one "not run"."""
     deadline = deadline_for(len(submissions), mean_latency_s=mean_latency_s, request_timeout_s=handle.timeout_s)
-    return handle.run(drive(handle.route, submissions, concurrency=concurrency, request_timeout_s=handle.timeout_s,
-                            deadline_s=deadline, watch=handle.watch), timeout_s=deadline + 10.0)
+    run = handle.run(drive(handle.route, submissions, concurrency=concurrency, request_timeout_s=handle.timeout_s,
+                           deadline_s=deadline, watch=handle.watch), timeout_s=deadline + 10.0)
+    if run.hung:
+        handle.raise_if_dead({s.request.request_id: s.request for s in submissions},
+                             {o.request_id: o.error or "" for o in run.outcomes})
+    return run
 
 
 def failure_details(run: LoadRun, *, limit: int = 20) -> dict:

@@ -90,7 +90,7 @@ def test_a_tokenizer_that_is_not_the_servers_exits_4_naming_both_counts(tmp_path
 
 def test_the_right_tokenizer_passes_the_preflight_and_the_header_names_the_engine(tmp_path, pair2_servers):
     routes = [f"openai:{url}?model=p2&tokenizer={PAIR2 / 'target'}" for url in pair2_servers]
-    result = run_cli(tmp_path, "--baseline", routes[0], "--candidate", routes[1], "--collect-only", "-q")
+    result = run_cli(tmp_path, "--baseline", routes[0], "--candidate", routes[1], "--collect-only")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"spec-route-suite candidate 'candidate': openai {pair2_servers[1]} model p2, vllm" in result.stdout
 

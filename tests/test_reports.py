@@ -107,7 +107,7 @@ def test_compare_lists_new_fixed_and_still_failing():
 def test_renderers_agree_on_counts(tmp_path):
     collector = make_collector(tmp_path, findings=[], outcomes=[CheckOutcome("a::b", "greedy", "passed", 0.1)])
     report = build_run_report(collector)
-    assert "| greedy | no (0 of 1 instances verified) |" in render_summary(report)
+    assert "| greedy | no 0/1 |" in render_summary(report)
     assert ("test(s) passed but recorded no evidence of what they compared — 0 of 1 instances verified"
             in report["matrix"]["greedy"]["candidate"]["why"])
     assert report["verdict"] == "pilot" and "not run: near-tie, logprobs" in report["verdict_reason"]

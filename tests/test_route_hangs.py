@@ -91,7 +91,7 @@ def test_the_driver_stops_a_run_when_the_route_stops_answering(fast):
     route = WedgingRoute(answers=8)
     calls = []
 
-    async def watch() -> str:
+    async def watch(error=None) -> str:
         calls.append(time.monotonic())
         try:
             async with asyncio.timeout(0.3):
@@ -121,7 +121,7 @@ def test_the_driver_goes_on_when_a_timeout_is_not_a_hang(fast):
         return await original(req)
     route.generate = generate
 
-    async def watch() -> str:
+    async def watch(error=None) -> str:
         return ""
     run = asyncio.run(drive(route, slow, concurrency=4, request_timeout_s=TIMEOUT_S, deadline_s=60, watch=watch))
     assert not run.hung and len(run.completed) == 19 and run.unsent == 0

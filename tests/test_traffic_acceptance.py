@@ -101,5 +101,5 @@ def test_the_report_and_summary_state_each_band(tmp_path: Path):
     assert report["acceptance_by_traffic"]["candidate"][BANDS[0]]["mean_acceptance_length"] == 3.0
     assert report["acceptance_by_traffic"]["candidate"][BANDS[2]]["mean_acceptance_length"] == 1.154
     summary = render_summary(report)
-    assert "greedy 3.0 (1 answers); sampled, T > 1 1.154 (1 answers)" in summary
-    assert "sampled, T <= 1: nothing drafted (1 answers)" in summary
+    assert "greedy 3.00 (1); sampled, T > 1 1.15 (1)" in summary
+    assert "sampled, T <= 1: nothing drafted (1)" in summary

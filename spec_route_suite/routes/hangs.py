@@ -1,5 +1,9 @@
 """Which routes stopped answering, shared by every test and every xdist worker of a run.
 
+A route is marked hung (a request timed out and neither /health nor a canary answered) or dead (a request failed,
+connection lost, a server error or an engine that closed, and then nothing answered): a dead route gets no
+request again, and every later test reads "not run: route ... died at request R".
+
 Why: an engine can wedge for good (an older llama.cpp server after client disconnects: its HTTP threads held by
 dead connections, /health unanswered). Found once, it must be named once; every later test that sends it load
 would otherwise wait out a request timeout per request (a 4-minute run took 19.5 minutes). So the first test
@@ -46,15 +50,24 @@ class Hang:
     why: str
     last_probe: float = 0.0
     probes: int = 0
+    died: bool = False       # it failed a request and then answered nothing: no request is sent to it again
+    request_id: str = ""     # the request it died on
 
     def describe(self) -> str:
         since = f"{self.since_test}, {clock(self.at)}" if self.since_test else clock(self.at)
+        if self.died:
+            return f"route '{self.route}' died at request {self.request_id or '?'} ({since}: {self.why})"
         return f"route '{self.route}' hung since {since} ({self.why})"
+
+    @property
+    def skip_reason(self) -> str:
+        """What a later test reads: a dead route's checks did not run, a hung route's could not verify."""
+        return f"{'not run' if self.died else 'not verified'}: {self.describe()}"
 
 
 class RouteHung(Exception):
-    """A route found hung earlier in the run did not recover: the test is not verified, never a finding.
-    Deliberately not a RouteError, so no check's error handling turns it into a finding of its own."""
+    """A route found hung (or dead) earlier in the run did not recover: the test is not verified (not run),
+    never a finding. Deliberately not a RouteError, so no check's error handling turns it into a finding."""
 
     def __init__(self, hang: Hang, still: str = ""):
         super().__init__(hang.describe() + (f"; still not answering: {still}" if still else ""))
@@ -73,11 +86,12 @@ class HangBoard:
     def hung(self, route: str) -> Hang | None:
         return self._read().get(route)
 
-    def mark(self, route: str, *, why: str) -> Hang:
-        """Mark `route` hung (the first mark stands: it says since when)."""
+    def mark(self, route: str, *, why: str, died: bool = False, request_id: str = "") -> Hang:
+        """Mark `route` hung, or dead at `request_id` (the first mark stands: it says since when)."""
         def change(board: dict[str, Hang]) -> Hang:
             now = time.time()
-            board.setdefault(route, Hang(route, current_test(), now, why, last_probe=now))
+            board.setdefault(route, Hang(route, current_test(), now, why, last_probe=now, died=died,
+                                         request_id=request_id))
             return board[route]
         return self._update(change)
 
@@ -89,7 +103,7 @@ class HangBoard:
         def change(board: dict[str, Hang]) -> bool:
             hang = board.get(route)
             now = time.time()
-            if hang is None or now - hang.last_probe < every_s:
+            if hang is None or hang.died or now - hang.last_probe < every_s:
                 return False
             board[route] = replace(hang, last_probe=now, probes=hang.probes + 1)
             return True
