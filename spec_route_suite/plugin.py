@@ -30,7 +30,7 @@ from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.terminal import require_shortfall, verdict_block
 from spec_route_suite.reports.writer import write_run_folder
-from spec_route_suite.stash import COLLECTOR_KEY, CONFIG_KEY
+from spec_route_suite.stash import COLLECTOR_KEY, CONFIG_KEY, ROUTE_SESSION_KEY
 
 pytest_plugins = ("spec_route_suite.fixtures.route_fixtures",)   # the fixtures that hand routes to the checks
 USAGE_KEY = pytest.StashKey["UsageErrors"]()
@@ -213,23 +213,29 @@ def _death_finding(item: pytest.Item, error: RouteDied, *, check: str, **details
     """A candidate that died on a request the baseline serves: one bug finding naming that request (every later
     check on it reads "not run"). The baseline answers the same request first, as the control; where it fails
     too, or where the baseline itself died, it is the route error it is."""
-    request, session = getattr(error, "request", None), getattr(item, "funcargs", {}).get("route_session")
+    request, session = getattr(error, "request", None), item.config.stash.get(ROUTE_SESSION_KEY, None)
     baseline = item.config.stash[CONFIG_KEY].routes.baseline.name
     control = "the baseline was not asked"
-    if request is not None and session is not None and error.route != baseline and baseline in session.specs:
-        try:
-            session.handle(baseline).generate(replace(request, request_id=f"{request.request_id}-control"))
-            return Finding.from_route_death(error, check=check, control="the baseline answers the same request",
-                                            **details)
-        except (RouteError, RouteHung) as exc:
-            control = f"the baseline fails it too ({str(exc)[:200]})"
+    if session is not None and error.route != baseline and baseline in session.specs:
+        handle = session.handle(baseline)
+        if request is None:   # a call that carried no plain request: the baseline's own liveness is the control
+            if not handle.silent():
+                return Finding.from_route_death(error, check=check, control="the baseline still answers", **details)
+            control = "the baseline stopped answering too"
+        else:
+            try:
+                handle.generate(replace(request, request_id=f"{request.request_id}-control"))
+                return Finding.from_route_death(error, check=check, control="the baseline answers the same request",
+                                                **details)
+            except (RouteError, RouteHung, RouteDied) as exc:
+                control = f"the baseline fails it too ({str(exc)[:200]})"
     return replace(Finding.from_route_error(error, check=check, **details),
                    title=f"{error.describe()[:250]}; {control}")
 
 
 def _error_repro(item: pytest.Item, error: RouteError) -> dict | None:
     """The failed request resent to the route that failed it, with the test's other route as the control."""
-    request, session = getattr(error, "request", None), getattr(item, "funcargs", {}).get("route_session")
+    request, session = getattr(error, "request", None), item.config.stash.get(ROUTE_SESSION_KEY, None)
     if request is None or session is None or error.route not in session.specs:
         return None
     baseline = item.config.stash[CONFIG_KEY].routes.baseline.name

@@ -16,3 +16,5 @@ if TYPE_CHECKING:
 
 CONFIG_KEY = pytest.StashKey[SuiteConfig]()
 COLLECTOR_KEY = pytest.StashKey["RunCollector"]()
+ROUTE_SESSION_KEY = pytest.StashKey[object]()   # this process's RouteSession, once a test built it (a route error's
+# finding resends its request through it, also when the test failed in its set-up)
