@@ -1,6 +1,6 @@
-"""A property of the verdict, checked against the README's definitions on generated runs.
+"""A property of the verdict, checked against its definitions (docs/checks.md, "Verdicts") on generated runs.
 
-The README: **adopt**: every check family ran, passed and could have detected its bug class on this run;
+docs/checks.md: **adopt**: every check family ran, passed and could have detected its bug class on this run;
 **pilot**: passed, with gaps; **wait**: failed checks, route errors, speculation that never ran or accepted
 nothing, a baseline that speculated, counters that contradict themselves; **avoid**: a correctness finding
 against a candidate. "n/a" only where the engine itself says the bug class cannot exist; a part is verified only
