@@ -123,21 +123,21 @@ async def _checked(route: Route, spec: RouteSpec, seen: RoutePreflight) -> Route
 
 async def _tokenizer_checked(route: Route, spec: RouteSpec, seen: RoutePreflight, tokenizer,
                              counts: list[int | None]) -> RoutePreflight:
-    """The server's token count of each probe text against the local tokenizer's (with or without specials)."""
+    """The server's token count of each probe text against the local tokenizer's, up to a constant offset the
+    special tokens explain."""
     for text in PROBE_TEXTS[len(counts):]:
         counts.append(await route.text_prompt_tokens(text))
-    theirs, ours = [], []
-    for text, count in zip(PROBE_TEXTS, counts):
-        plain = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        special = len(tokenizer(text)["input_ids"])
-        theirs.append(count)
-        ours.append(count if count in (plain, special) else plain)
-    if theirs != ours:
+    plain = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in PROBE_TEXTS]
+    specials = {len(tokenizer(text)["input_ids"]) - n for text, n in zip(PROBE_TEXTS, plain)}
+    offsets = {theirs - ours for theirs, ours in zip(counts, plain)}
+    # the same tokenizer counts alike, up to the special tokens a server adds to text (a BOS: one more on every
+    # prompt, where a local tokenizer may add none); another tokenizer's counts differ by varying amounts
+    if len(offsets) != 1 or not offsets <= {0, 1, *specials}:
         return replace(seen, problem=(f"the local tokenizer ({spec.tokenizer}, {len(tokenizer)} ids) is not the "
-                                      f"server's: {len(PROBE_TEXTS)} text prompts count {_counts(ours)} tokens "
-                                      f"locally and {_counts(theirs)} on the server"))
+                                      f"server's: {len(PROBE_TEXTS)} text prompts count {_counts(plain)} tokens "
+                                      f"locally and {_counts(counts)} on the server"))
     return replace(seen, notes=(f"tokenizer matches the server's on {len(PROBE_TEXTS)} text prompts "
-                                f"({_counts(theirs)} tokens)",))
+                                f"({_counts(counts)} tokens on the server, {_counts(plain)} locally)",))
 
 
 def _counts(values: Sequence[int]) -> str:

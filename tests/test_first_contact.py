@@ -77,8 +77,9 @@ def test_nothing_listening_exits_4_in_seconds_with_one_line_and_leaves_nothing(t
 
 
 def test_a_tokenizer_that_is_not_the_servers_exits_4_naming_both_counts(tmp_path, pair2_servers):
+    """Pair 3's tokenizer has as many ids (1,024) as pair 2's: every id it sends is valid, only the counts tell."""
     baseline = f"openai:{pair2_servers[0]}?model=p2&tokenizer={PAIR2 / 'target'}"
-    candidate = f"openai:{pair2_servers[1]}?model=p2&tokenizer={TARGET}"   # the first pair's tokenizer
+    candidate = f"openai:{pair2_servers[1]}?model=p2&tokenizer={ROOT / 'fixtures' / 'models' / 'pair3' / 'target'}"
     result = run_cli(tmp_path, "--baseline", baseline, "--candidate", candidate)
     assert result.returncode == 4, result.stdout[-2000:]
     [line] = error_lines(result)
