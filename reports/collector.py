@@ -88,6 +88,7 @@ class RunCollector:
         self.command = "spec-route-suite"   # the command line that started the run (the plugin sets it)
         self.interrupted = False
         self.crashed_workers: list[str] = []
+        self.controller_findings = 0   # findings the controller's own phases added (add_controller_finding)
         self.active = False
         # Server routes (controller only): their /metrics counters are shared by every worker, so the
         # run's profile is one before/after difference, and managed servers' launch settings.
@@ -170,7 +171,12 @@ class RunCollector:
         self.interrupted = True
 
     def findings_recorded(self) -> int:
-        return sum(s.get("findings_recorded", 0) for s in self.worker_states)
+        return sum(s.get("findings_recorded", 0) for s in self.worker_states) + self.controller_findings
+
+    def add_controller_finding(self, finding: Finding) -> None:
+        """A finding of the controller's own phases (after the tests, on the idle servers), counted as recorded."""
+        self.controller_findings += 1
+        self.findings.append(finding)
 
     def merged_worker_field(self, key: str) -> dict[str, Any]:
         merged: dict[str, Any] = {}

@@ -61,6 +61,9 @@ CAUSES: tuple[tuple[str, Remedy], ...] = (
                                                                                 "workload)")),
     (r"died at request", Remedy("the route died (its finding names the request)",
                                 "fix the crash its issue file describes, then rerun")),
+    (r"acceptance under load could not be compared", Remedy("neither the answers nor the server state the drafting",
+                                                          "start the server with its metrics (vLLM /metrics, "
+                                                          "llama.cpp --metrics)")),
     (r"route hung since|hung on the run's hang board", Remedy("the route stopped answering",
                                                               "restart the server; the notes name when it hung")),
     (r"num_speculative_tokens|draft depth", Remedy("the draft depth is not stated",

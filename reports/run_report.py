@@ -66,7 +66,8 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         for o in outcomes if o.outcome == "skipped" and o.reason.startswith(NOT_VERIFIED_PREFIX)
     ]
     findings = [f.__dict__ for f in collector.findings]
-    recorded = collector.findings_recorded() if collector.worker_states else collector.worker_state.findings_recorded
+    recorded = (collector.findings_recorded() if collector.worker_states
+                else collector.worker_state.findings_recorded + collector.controller_findings)
     received = len(collector.findings)
     complete = not collector.interrupted and not collector.crashed_workers and recorded == received
     baseline_name = (collector.config_public.get("baseline") or {}).get("name")
@@ -146,6 +147,7 @@ def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *,
             *(Gap(f"speculation not proven on `{s['route']}` ({s['reason']})", kind="speculation not proven",
                   subject=s["route"], why=s["reason"]) for s in unknown),
             *tagged("prompt class", class_gaps(class_report(collector.measurements), route)),
+            *load_acceptance_gaps(collector.measurements, route),
             *tagged("warnings", evidence_warnings([f for f in collector.findings if ours(f.route)],
                                                   baseline_name=baseline_name)),
             *tagged("baseline parity", (f"baseline parity: {w}" for w in warnings))]
@@ -153,6 +155,24 @@ def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *,
         gaps.append(Gap(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
                         f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the "
                         f"candidate is judged against is not trustworthy there", kind="baseline findings"))
+    return gaps
+
+
+def load_acceptance_gaps(measurements: dict[str, Any], route: str | None = None) -> list[Gap]:
+    """A candidate whose speed gate could not judge acceptance under load: its answers state no drafting and no
+    server counters were measured on the idle server (stressors/load_acceptance.py)."""
+    judged = {m["route"] for m in measurements.get("load_acceptance", []) if m.get("judged")}
+    why_not = {m["route"]: m.get("why", "") for m in measurements.get("load_acceptance", []) if not m.get("judged")}
+    gaps = []
+    for speed in measurements.get("speed", []):
+        name = speed.get("candidate")
+        rows = (speed.get("rows") or {}).get("candidate") or []
+        if route not in (None, name) or name in judged or any(r.get("acceptance_by_prompt") for r in rows):
+            continue
+        why = why_not.get(name) or ("its answers state no drafting and its server exports no speculation counters, "
+                                    "so acceptance under load could not be compared with one at a time")
+        gaps.append(Gap(f"speed: acceptance under load not verified on `{name}` ({why})", kind="not verified",
+                        subject="speed: acceptance under load", why=why))
     return gaps
 
 

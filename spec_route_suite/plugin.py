@@ -349,7 +349,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if collector.active and not session.config.option.collectonly and exitstatus != pytest.ExitCode.INTERRUPTED:
         from spec_route_suite.class_phases import run_deferred_phases   # servers still up, now idle
+        from spec_route_suite.load_phases import run_load_phases
         run_deferred_phases(session.config.stash[CONFIG_KEY], collector, _log)
+        run_load_phases(session.config.stash[CONFIG_KEY], collector, _log)
     _finish_servers(session.config, collector)
     usage = session.config.stash[USAGE_KEY].lines
     if usage:  # pytest's exit code for bad configuration, as if it had been found before any test

@@ -3,7 +3,9 @@
 Measured, not judged (stressors/speed.py): the test carries no check family, so it never changes a coverage row;
 its `speed` measurement becomes the report's speed table and plots. One thing it does judge: greedy prompts that
 accept far fewer drafts beside others than alone (stressors/acceptance_collapse.py) are a warning on the
-candidate. The baseline's levels are measured once per worker and reused for every candidate on that worker.
+candidate. Where answers state no drafting but the server counts it (vLLM), the same judgement is deferred to the
+controller on the idle server (stressors/load_acceptance.py). The baseline's levels are measured once per worker and
+reused for every candidate on that worker.
 """
 from __future__ import annotations
 
@@ -49,3 +51,17 @@ def test_speed_gate(baseline, candidate, fitted_prompts, suite_config, speed_bas
                      speedup=speedups(rows["baseline"], rows["candidate"]))
     for finding in collapse_findings(rows["candidate"], route=candidate.name, alpha=suite_config.alpha):
         findings.add(finding)
+    if not any(row.get("acceptance_by_prompt") for row in rows["candidate"]):
+        _defer_to_the_idle_server(candidate, prompts, levels, findings)
+
+
+def _defer_to_the_idle_server(candidate, prompts, levels, findings) -> None:
+    """Answers that state no drafting: acceptance under load is judged from the server's counters by the controller
+    once the server is idle (spec_route_suite/load_phases.py); a route with no counters either leaves it a gap."""
+    try:
+        snapshot = candidate.acceptance()
+    except RouteError:
+        snapshot = None
+    if snapshot is not None and snapshot.scope == "server" and max(levels) > 1:
+        findings.measure("load_acceptance_deferred", route=candidate.name, levels=[1, max(levels)],
+                         prompts=[list(p) for p in prompts])

@@ -1,0 +1,113 @@
+"""Acceptance under load from counters, where answers state no drafting (issue #42 item 3).
+
+Why: on vLLM the speed gate's prompt-by-prompt collapse check (acceptance_collapse.py) had nothing to read, so a
+candidate whose acceptance halved at 8 in flight could read ADOPT. stressors/load_acceptance.py measures the same
+greedy prompts one at a time and in company from the route's counters in alternating rounds, on the idle server
+(the controller's phase). Proven both ways on stand-in routes whose counters drop with the load (always, or in
+some rounds only, like llama.cpp's F4) and on one whose counters do not; a candidate with neither per-answer nor
+server counters is a named gap; a speed gate on such a route defers to the controller, which measures it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from spec_route_suite.reports.run_report import load_acceptance_gaps
+from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, Route
+from spec_route_suite.routes.spec import RouteSpec
+from spec_route_suite.session import RouteHandle
+from spec_route_suite.stressors.load_acceptance import LevelRound, collapse_finding, collapsed_levels, measure
+from tests.mutation import ROOT
+from tests.test_route_hangs import fast  # noqa: F401 (a fixture)
+
+
+class CountingRoute(Route):
+    """Counts drafts server-wide (scope "server"); each answer accepts 3 drafts a step alone and `loaded` when it is
+    sent in company (in the rounds `collapse_rounds` names, or all): the round and level read from its request id."""
+
+    name = "counting"
+    capabilities = Capabilities(concurrency=True)
+
+    def __init__(self, loaded: int, collapse_rounds=None):
+        self.loaded, self.collapse_rounds = loaded, collapse_rounds
+        self.drafts = self.accepted = 0
+
+    async def generate(self, req: Request) -> Completion:
+        import asyncio
+        await asyncio.sleep(0.005)
+        found = re.match(r"la(\d+)-c(\d+)-", req.request_id)
+        company = bool(found) and int(found.group(2)) > 1 and (self.collapse_rounds is None
+                                                                 or int(found.group(1)) in self.collapse_rounds)
+        self.drafts += 10
+        self.accepted += 10 * (self.loaded if company else 3)
+        return Completion(token_ids=(1, 2), text="ok", finish_reason="length", route=self.name)
+
+    async def acceptance(self) -> AcceptanceSnapshot:
+        return AcceptanceSnapshot(drafts=self.drafts, draft_tokens=7 * self.drafts, accepted=self.accepted,
+                                  scope="server")
+
+    async def health(self) -> bool:
+        return True
+
+
+def handle_of(route, loop) -> RouteHandle:
+    return RouteHandle(route, RouteSpec(name=route.name, kind="hf", model="/x"), loop, timeout_s=5.0)
+
+
+PROMPTS = [[1, 2, 3, i] for i in range(16)]
+
+
+@pytest.mark.parametrize("loaded, collapse_rounds, caught", [
+    (1, None, True),        # acceptance length 2 at 8 in flight against 4 alone, every round
+    (1, {2}, True),         # one round of six only: F4 strikes some rounds
+    (3, None, False),       # the same in company: a correct engine
+])
+def test_a_drop_in_company_is_seen_and_a_steady_route_passes(fast, loaded, collapse_rounds, caught):
+    route = CountingRoute(loaded, collapse_rounds)
+    rounds = measure(handle_of(route, fast), PROMPTS, [1, 8])
+    assert len(rounds) == 12 and all(r.length for r in rounds)
+    finding = collapse_finding(rounds, route="counting")
+    assert (finding is not None) == caught, [r.length for r in rounds]
+    if caught:
+        assert finding.severity == "warning" and "acceptance collapses with the load" in finding.title
+
+
+def test_near_tie_wobble_is_not_a_collapse():
+    rounds = [LevelRound(1, n, 158, 273) for n in range(6)] + [LevelRound(8, n, 159, 272) for n in range(6)]
+    assert collapsed_levels(rounds) == []
+
+
+def test_a_route_with_no_counters_at_all_is_a_named_gap():
+    speed = {"candidate": "c", "rows": {"candidate": [{"concurrency": 1}, {"concurrency": 8}]}}
+    [gap] = load_acceptance_gaps({"speed": [speed]})
+    assert gap.kind == "not verified" and gap.subject == "speed: acceptance under load"
+    assert load_acceptance_gaps({"speed": [speed], "load_acceptance": [{"route": "c", "judged": True}]}) == []
+    stated = {"candidate": "c", "rows": {"candidate": [{"acceptance_by_prompt": {"p0": [3, 6]}}]}}
+    assert load_acceptance_gaps({"speed": [stated]}) == []
+
+
+def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path):
+    """An OpenAI route to the in-process server, whose answers state no drafting but whose /metrics counts it:
+    the speed gate defers it, and the controller measures it on the idle server after the tests."""
+    out = tmp_path / "out"
+    script = (f"import threading, sys\nfrom spec_route_suite.servers.inprocess import build_engine, make_server\n"
+              f"engine = build_engine('reference:', model_name='tiny')\nhttpd = make_server(engine)\n"
+              f"print(httpd.server_address[1], flush=True)\nhttpd.serve_forever()\n")
+    server = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        done = subprocess.run([sys.executable, "-m", "pytest", "stressors/test_speed.py", "-p", "no:cacheprovider",
+                               "--candidate", f"openai:http://127.0.0.1:{port}/v1?model=tiny&tokenizer="
+                               "fixtures/models/target", "--prompt-limit", "2", "--concurrency", "8",
+                               "--report-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    finally:
+        server.kill()
+    assert done.returncode == 0, done.stdout[-3000:]
+    report = json.loads(next(out.glob("*/report.json")).read_text())
+    measured = report["measurements"].get("load_acceptance") or []
+    assert measured and measured[0]["judged"] and len(measured[0]["rounds"]) == 12, report["measurements"].keys()
+    assert not [g for g in report["gaps"] if "acceptance under load" in g]
