@@ -167,6 +167,10 @@ def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], 
         return Chart(slug, title, "bars", _svg(figure, slug), note)
 
 
+def _short(name: str, chars: int = 24) -> str:
+    return name if len(name) <= chars else name[:chars - 1] + "…"
+
+
 def heatmap(counts: Sequence[Sequence[int]], *, rows: Sequence[str], columns: Sequence[str], slug: str, title: str,
             x_label: str, y_label: str, unit: str, note: str = "") -> Chart | None:
     """A count per (row, column), the count written in each non-empty cell in a colour readable on it."""
@@ -188,9 +192,9 @@ def heatmap(counts: Sequence[Sequence[int]], *, rows: Sequence[str], columns: Se
                     axes.text(c + 0.5, r + 0.5, f"{value}", ha="center", va="center", fontsize=small,
                               color=readable_text(colour))
         slanted = max(len(name) for name in columns) > 4
-        axes.set_xticks([c + 0.5 for c in range(len(columns))], [name[:16] for name in columns],
+        axes.set_xticks([c + 0.5 for c in range(len(columns))], [_short(name) for name in columns],
                         rotation=60 if slanted else 0, ha="right" if slanted else "center", fontsize=small)
-        axes.set_yticks([r + 0.5 for r in range(len(rows))], [name[:16] for name in rows], fontsize=small)
+        axes.set_yticks([r + 0.5 for r in range(len(rows))], [_short(name) for name in rows], fontsize=small)
         axes.spines[:].set_visible(False)
         figure.colorbar(image, ax=axes, label=unit, shrink=0.85).ax.yaxis.set_major_locator(
             MaxNLocator(integer=True))

@@ -2,7 +2,9 @@
 
 The numbers come from the route suite's `speed` measurements (stressors/speed.py: the same streamed workload
 through the load driver on both routes at each concurrency level). Reported beside the verdict, never part
-of it; the machine's load average stands beside every level because a shared CPU bends every number.
+of it; the machine's load average stands beside every level because a shared CPU bends every number. Each
+quantity's unit is stated once here (Quantity): summary.md's table and report.html's charts both read it, so a
+latency is in ms in both.
 Environment: none.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ class Quantity:
 
 LATENCY = Quantity("latency", "ms", 1000.0)
 TTFT_P50 = Quantity("time to first token, p50", LATENCY.unit, LATENCY.scale)
-DECODE = Quantity("decode speed", "tokens/s")
+DECODE = Quantity("decode speed", "tok/s")
 THROUGHPUT_SPEEDUP = Quantity("throughput speedup over the baseline", "x")
 CHARTED = {"ttft_p50_s": TTFT_P50, "decode_tok_s": DECODE}   # the per-level quantities report.html plots
 
