@@ -56,9 +56,8 @@ class Band:
     points: Sequence[tuple[float, float, float, float]]   # (x, low, middle, high)
 
 
-def _figure(legend_entries: int = 0, *, height: float = HEIGHT_IN) -> Figure:
-    rows = -(-legend_entries // 2) if legend_entries > 1 else 0
-    return Figure(figsize=(WIDTH_IN, height + LEGEND_ROW_IN * rows), layout="constrained")
+def _figure(height: float = HEIGHT_IN) -> Figure:
+    return Figure(figsize=(WIDTH_IN, height), layout="constrained")
 
 
 def _title(axes, title: str) -> None:
@@ -66,11 +65,13 @@ def _title(axes, title: str) -> None:
 
 
 def _legend(figure: Figure, axes) -> None:
-    """Below the axes, outside them, two columns (one when a name is long): every entry fits the chart."""
+    """Below the axes, outside them, two columns (one when a name is long), the figure taller by its rows: every
+    entry fits the chart and the axes keep their height."""
     handles, labels = axes.get_legend_handles_labels()
     if len(labels) > 1:
         columns = 1 if max(len(label) for label in labels) > 34 else 2
-        figure.legend(handles, labels, loc="outside lower center", ncols=min(columns, len(labels)))
+        figure.set_figheight(figure.get_figheight() + LEGEND_ROW_IN * -(-len(labels) // columns))
+        figure.legend(handles, labels, loc="outside lower center", ncols=columns)
 
 
 def _svg(figure: Figure, slug: str) -> str:
@@ -89,7 +90,7 @@ def _prefixed_ids(svg: str, prefix: str) -> str:
 
 def _value_axis(axes, top: float, *, integer: bool = False) -> None:
     """The y axis from 0 with room above the highest value, at least four ticks (counts: whole numbers)."""
-    axes.set_ylim(0, max(top * 1.15, 3 if integer else 1e-9))
+    axes.set_ylim(0, max(top * 1.15, 3) if integer else (top * 1.15 or 1.0))
     axes.yaxis.set_major_locator(MaxNLocator(nbins=6, min_n_ticks=4, integer=integer))
 
 
@@ -103,7 +104,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float | None]]], *, sl
     if not kept:
         return None
     with matplotlib.rc_context(STYLE):
-        figure = _figure(len(kept) + (band is not None) + (reference is not None))
+        figure = _figure()
         axes = figure.add_subplot()
         if band is not None:
             xs = [p[0] for p in band.points]
@@ -143,7 +144,7 @@ def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], 
     if not categories or not series:
         return None
     with matplotlib.rc_context(STYLE):
-        figure = _figure(len(series) + (marked is not None))
+        figure = _figure()
         axes = figure.add_subplot()
         positions = range(len(categories))
         bottoms = [0.0] * len(categories)
@@ -178,7 +179,7 @@ def heatmap(counts: Sequence[Sequence[int]], *, rows: Sequence[str], columns: Se
         return None
     with matplotlib.rc_context({**STYLE, "axes.grid": False}):
         size = max(len(rows), len(columns))
-        figure = _figure(height=HEIGHT_IN + max(0, size - 8) * 0.16)
+        figure = _figure(HEIGHT_IN + max(0, size - 8) * 0.16)
         axes = figure.add_subplot()
         # vector cells (pcolormesh, not a raster image): crisp at any zoom, nothing embedded as a picture
         image = axes.pcolormesh(counts, cmap="Reds", vmin=0, edgecolors="#ffffff", linewidth=1)

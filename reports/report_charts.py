@@ -101,10 +101,12 @@ def _divergence_chart(report: dict[str, Any]) -> Chart | None:
 def p_value_chart(report: dict[str, Any]) -> Chart | None:
     """The statistical tests' p-values as counts in bins, p = 1 as a bar of its own, stacked by statistic.
 
-    Why not a QQ plot against Uniform(0, 1): the suite's tests are mostly discrete (counts of tokens, exact and
-    permutation tests) and return exactly p = 1 whenever the two routes' samples agree, so on a correct route most
-    points sat at 1 and the plot said nothing. A discrete test's p-value is not uniform under the null, only never
-    below t more often than a share t of the time; so the chart shows how many fell below 0.05 against at most 5%
+    Why not a QQ plot against Uniform(0, 1): the recorded p-values are not uniform on a correct route. The
+    distribution check reports each family's sequential p-value after Holm's adjustment: a family whose screening
+    look saw nothing suspicious has no eligible look and reports exactly 1, and the adjustment multiplies the rest
+    up and caps them at 1; its tests are also discrete (token counts), which puts mass at 1 of its own. So 39 of 40
+    points sat at 1 and the QQ plot said nothing. What every valid p-value (adjusted, sequential or discrete) does
+    promise is P(p <= t) <= t on a correct route; so the chart shows how many fell below 0.05 against at most 5%
     expected by chance (the note), the point mass at 1 honestly as its own bar, and which statistic each came from.
     """
     values = [(str(m.get("name", "")).rsplit("/", 1)[-1] or "test", float(m["p_value"]))
@@ -123,10 +125,10 @@ def p_value_chart(report: dict[str, Any]) -> Chart | None:
         series.setdefault(shown, [0] * len(categories))[bin_of(p)] += 1
     below = sum(p < ALPHA for _, p in values)
     at_one = sum(p >= 1.0 for _, p in values)
-    note = (f"{below} of {len(values)} below {ALPHA:g}: a valid test falls there by chance at most {ALPHA:.0%} of "
-            f"the time ({ALPHA * len(values):.1f} of {len(values)}), a discrete one less often. {at_one} are exactly "
-            f"1: discrete tests (token counts, exact tests) give p = 1 whenever the two samples agree, so the bar at "
-            f"1 is expected on a correct route, not a defect.")
+    note = (f"{below} of {len(values)} below {ALPHA:g}: on a correct route a valid p-value falls there at most "
+            f"{ALPHA:.0%} of the time ({ALPHA * len(values):.1f} of {len(values)}). {at_one} are exactly 1: a "
+            f"distribution family whose screening look saw nothing reports 1, Holm's adjustment caps the others at 1 "
+            f"and discrete tests put mass there too, so the bar at 1 is expected on a correct route, not a defect.")
     return bar_chart(categories, series, slug="p-values", title=f"p-values of {len(values)} statistical tests",
                      x_label="p-value", y_label="tests", integer=True,
                      marked=(0, [upper for upper, _ in P_BINS].index(ALPHA), f"below {ALPHA:g}"), note=note)
