@@ -2,15 +2,37 @@
 
 The numbers come from the route suite's `speed` measurements (stressors/speed.py: the same streamed workload
 through the load driver on both routes at each concurrency level). Reported beside the verdict, never part
-of it; the machine's load average stands beside every level because a shared CPU bends every number.
+of it; the machine's load average stands beside every level because a shared CPU bends every number. Each
+quantity's unit is stated once here (Quantity): summary.md's table and report.html's charts both read it, so a
+latency is in ms in both.
 Environment: none.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-COLUMNS = ("c", "TTFT p50 / p95 (ms)", "ITL p50 / p95 (ms)", "decode tok/s", "throughput tok/s", "acceptance length",
-           "speedup", "load avg")
+
+@dataclass(frozen=True)
+class Quantity:
+    """A speed-row field as the summary and the dashboard show it: one unit per quantity in both (latencies in
+    ms, though the rows record seconds)."""
+    label: str
+    unit: str
+    scale: float = 1.0   # from the row's unit to the shown one
+
+    def shown(self, value: Any) -> float | None:
+        return value * self.scale if isinstance(value, (int, float)) else None
+
+
+LATENCY = Quantity("latency", "ms", 1000.0)
+TTFT_P50 = Quantity("time to first token, p50", LATENCY.unit, LATENCY.scale)
+DECODE = Quantity("decode speed", "tok/s")
+THROUGHPUT_SPEEDUP = Quantity("throughput speedup over the baseline", "x")
+CHARTED = {"ttft_p50_s": TTFT_P50, "decode_tok_s": DECODE}   # the per-level quantities report.html plots
+
+COLUMNS = ("c", f"TTFT p50 / p95 ({LATENCY.unit})", f"ITL p50 / p95 ({LATENCY.unit})", f"decode {DECODE.unit}",
+           "throughput tok/s", "acceptance length", "speedup", "load avg")
 
 
 def speed_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -22,7 +44,8 @@ def speed_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _ms(value) -> str:
-    return f"{value * 1000:.0f}" if isinstance(value, (int, float)) else "n/a"
+    shown = LATENCY.shown(value)
+    return f"{shown:.0f}" if shown is not None else "n/a"
 
 
 def _num(value) -> str:
@@ -60,22 +83,32 @@ def _acceptance(row: dict[str, Any]) -> str:
     return f"{value:.2f} ({row.get('acceptance_answers')} answers)" if isinstance(value, (int, float)) else "-"
 
 
-def speed_table(measurement: dict[str, Any]) -> list[str]:
-    """Markdown: one row per level and route (baseline, then candidate with its speedup)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def load_text(row: dict[str, Any]) -> str:
+    """The machine's 1-minute load average before and after a level: "1.5-1.6"."""
+    return "-".join(f"{x:g}" for x in row.get("load_avg_1m") or []) or "n/a"
+
+
+def table_rows(measurement: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The speed table's cells (COLUMNS): one row per level and route (baseline, then candidate with its speedup)."""
     ups = {u["concurrency"]: u for u in measurement.get("speedup", [])}
     rows = measurement.get("rows") or {}
+    cells = []
     for base, cand in zip(rows.get("baseline", []), rows.get("candidate", [])):
         up = ups.get(cand["concurrency"], {})
         for label, row in ((f"{base['concurrency']} baseline", base), (f"{cand['concurrency']} candidate", cand)):
             speedup = (f"throughput {_x(up.get('throughput_x'))}, decode {_x(up.get('decode_x'))}, "
                        f"TTFT {_x(up.get('ttft_x'))}") if row is cand else ""
-            load = row.get("load_avg_1m") or []
-            lines.append(f"| {label} | {_ms(row.get('ttft_p50_s'))} / {_ms(row.get('ttft_p95_s'))} | "
-                         f"{_ms(row.get('itl_p50_s'))} / {_ms(row.get('itl_p95_s'))} | {_decode(row)} | "
-                         f"{_num(row.get('throughput_tok_s'))} | {_acceptance(row)} | {speedup} | "
-                         f"{'-'.join(f'{x:g}' for x in load) or 'n/a'} |")
-    return lines
+            cells.append((label, f"{_ms(row.get('ttft_p50_s'))} / {_ms(row.get('ttft_p95_s'))}",
+                          f"{_ms(row.get('itl_p50_s'))} / {_ms(row.get('itl_p95_s'))}", _decode(row),
+                          _num(row.get("throughput_tok_s")), _acceptance(row), speedup,
+                          load_text(row)))
+    return cells
+
+
+def speed_table(measurement: dict[str, Any]) -> list[str]:
+    """Markdown: the table_rows under COLUMNS."""
+    return ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
+            *("| " + " | ".join(row) + " |" for row in table_rows(measurement))]
 
 
 def speed_section(report: dict[str, Any]) -> list[str]:

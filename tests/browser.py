@@ -1,4 +1,5 @@
-"""Headless Chromium for the report.html self-tests: the DOM after rendering, and a screenshot read back as pixels.
+"""Headless Chromium for the report.html self-tests: the DOM after rendering, the charts' laid-out text boxes, and
+a screenshot read back as pixels.
 
 Chromium is Debian's `chromium` package (scripts/self-tests.sh installs it when missing); every call gets a
 fresh profile folder, no network, no GPU. The PNG reader handles what Chromium writes (8-bit RGB or RGBA,
@@ -7,6 +8,9 @@ Environment: none.
 """
 from __future__ import annotations
 
+import json
+from html import unescape
+import re
 import shutil
 import struct
 import subprocess
@@ -24,6 +28,34 @@ def chromium(html: Path, mode: str, *, window: str = "1100,1600") -> subprocess.
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={window}", mode,
                                html.as_uri()], capture_output=True, text=True, timeout=120)
+
+
+# Run in a copy of the page (report.html itself has no script): every chart's box and the boxes of its title,
+# y-tick labels, legend entries and every other text, as [left, top, right, bottom] in page pixels.
+MEASURE = """<script>
+const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+const charts = [...document.querySelectorAll('figure.chart')].map(figure => {
+  const svg = figure.querySelector('svg');
+  const texts = selector => [...svg.querySelectorAll(selector)].filter(t => t.textContent.trim())
+      .map(t => ({text: t.textContent.trim(), box: box(t)}));
+  return {id: figure.id, kind: figure.dataset.kind, svg: box(svg), title: texts('[id$="-chart-title"] text'),
+          yticks: texts('[id*="-ytick_"] text'), legend: texts('[id*="-legend_"] text'), texts: texts('text')};
+});
+const out = document.createElement('pre');
+out.id = 'measured';
+out.textContent = JSON.stringify(charts);
+document.body.appendChild(out);
+</script>"""
+
+
+def chart_layout(html: Path) -> list[dict]:
+    """The laid-out charts of a report.html (MEASURE's fields), measured by Chromium in a scripted copy."""
+    page = html.with_name(html.stem + ".measured.html")
+    page.write_text(html.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = chromium(page, "--dump-dom")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stderr[-2000:]
+    return json.loads(unescape(found.group(1)))
 
 
 def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:

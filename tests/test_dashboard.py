@@ -18,7 +18,7 @@ from spec_route_suite.routes.acceptance import acceptance_profile
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import CoverageRecord
 from spec_route_suite.reports.redact import Redactor
-from spec_route_suite.reports.render_html import STATUS_COLOURS
+from spec_route_suite.reports.palette import STATUS_COLOURS
 from spec_route_suite.reports.writer import write_run_folder
 from tests.browser import CHROMIUM, chromium, colour_share, png_pixels
 

@@ -11,6 +11,7 @@ import configparser
 import json
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def installed(tmp_path_factory) -> dict:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
+    _borrow_site_packages(python)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
     build = base / "build"   # a copy: a build from the checkout would leave build/ and *.egg-info behind
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(build)], check=True)
@@ -80,6 +82,16 @@ def installed(tmp_path_factory) -> dict:
     if done.returncode != 0:
         pytest.skip(f"PyPI's fixtures package could not be installed here: {done.stderr[-500:]}")
     return {"python": python, "cli": venv / "bin" / "spec-route-suite", "venv": venv}
+
+
+def _borrow_site_packages(python: Path) -> None:
+    """The dependencies of this interpreter, also when it is itself a venv (whose packages --system-site-packages
+    does not see): its site-packages folders as plain path lines, after the new venv's own (a plain line runs
+    none of their .pth files, so an editable install of the suite there stays out)."""
+    done = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
+                          text=True, check=True)
+    ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (Path(done.stdout.strip()) / "borrowed-dependencies.pth").write_text("\n".join(ours) + "\n")
 
 
 def _overlay_working_tree(clone: Path) -> None:

@@ -79,7 +79,7 @@ def test_run_folder_is_complete_redacted_and_parseable(tmp_path):
     assert props["check"] in ("greedy", "streaming") and props["finding.0.severity"] == "bug"
     assert junit.find(".//failure") is not None and junit.find(".//skipped") is not None
     html = (collector.run_dir / "report.html").read_text()
-    assert html.count("<svg") >= 3  # acceptance by position, divergence positions, p-value QQ
+    assert html.count("<svg") >= 3  # acceptance by position, divergence positions, p-values
     assert json.loads((collector.run_dir / "report.json").read_text())["acceptance"]["candidate"]["mean_acceptance_length"] == 2.8
 
 
