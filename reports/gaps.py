@@ -98,7 +98,10 @@ CAUSES: tuple[tuple[str, Remedy], ...] = (
 
 
 def remedy(kind: str, why: str) -> Remedy:
-    """The cause a gap's reason names, else its kind's own remedy (the reason, cut, as its why)."""
+    """The cause a gap's reason names, else its kind's own remedy (the reason, cut, as its why). A part not run was
+    deselected, whatever words say so."""
+    if kind == "not run":
+        return KINDS[kind]
     for pattern, known in CAUSES:
         if re.search(pattern, why or "", re.IGNORECASE):
             return known

@@ -41,6 +41,11 @@ def _instances(rows: Sequence[Mapping[str, Any]]) -> str:
                           sum(r.get("na_instances", 0) for r in rows)) if total else ""
 
 
+def in_family_order(matrix: Mapping[str, Any]) -> list[str]:
+    """The matrix's families in the suite's own order (a report read back from JSON has them sorted)."""
+    return sorted(matrix, key=lambda f: FAMILIES.index(f) if f in FAMILIES else len(FAMILIES))
+
+
 def shown(cell_: Mapping[str, str]) -> str:
     """A cell as the summary and the dashboard show it: its word, then "k of n instances verified"."""
     return f"{cell_['status']} ({cell_['instances']})" if cell_.get("instances") else cell_["status"]

@@ -29,10 +29,12 @@ from spec_route_suite.reports import palette
 from spec_route_suite.reports.charts import Chart
 from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.coverage import COLUMNS, table_cells
-from spec_route_suite.reports.matrix import coverage_matrix, shown
+from spec_route_suite.reports.matrix import coverage_matrix, in_family_order, shown
 from spec_route_suite.reports.report_charts import acceptance_charts, other_charts, speed_charts
 from spec_route_suite.reports.speed import COLUMNS as SPEED_COLUMNS, load_text, shape, speed_rows, table_rows
-from spec_route_suite.reports.verdict_lines import GAPS_LEAD, gap_lines, headline_reason
+from spec_route_suite.reports.gaps import gap_rows
+from spec_route_suite.reports.render_markdown import LEGEND, bug_count, gaps_lead
+from spec_route_suite.reports.terminal import short_reason
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -68,12 +70,12 @@ def render_html(report: dict[str, Any]) -> str:
 def context(report: dict[str, Any]) -> dict[str, Any]:
     """Everything the template shows, as plain data (strings, lists, dicts) and the charts' SVG."""
     verdicts = report.get("route_verdicts") or {}
-    gaps = [line.removeprefix("- ") for line in gap_lines(report)]
     return {
-        "run_id": report["run_id"], "verdict": report["verdict"], "reason": headline_reason(report),
+        "run_id": report["run_id"], "verdict": report["verdict"], "legend": LEGEND,
         "duration_s": report["duration_s"], "complete": report["complete"],
-        "candidate_verdicts": _candidate_verdicts(verdicts) if len(verdicts) > 1 else [],
-        "gaps_lead": GAPS_LEAD[report["verdict"] == "pilot"] if gaps else "", "gaps": gaps,
+        "candidate_verdicts": [{"name": name, "verdict": v["verdict"], "why": short_reason(v),
+                                "bugs": bug_count(report, name)} for name, v in verdicts.items()],
+        "gaps_lead": gaps_lead(report), "gaps": gap_rows(verdicts),
         **_matrix(report),
         "palette": palette,
         "acceptance_charts": _figures([*acceptance_charts(report), *speed_charts(report)]),
@@ -98,13 +100,6 @@ def _figures(charts: list[Chart]) -> list[dict[str, Any]]:
     return [{**chart.__dict__, "svg": Markup(chart.svg)} for chart in charts]
 
 
-def _candidate_verdicts(verdicts: dict[str, Any]) -> list[dict[str, str]]:
-    """Each candidate's verdict; a pilot's why is its count of gaps, which the lines below name once each."""
-    return [{"name": name, "verdict": v["verdict"],
-             "why": (f"{len(v['gaps'])} gap(s), below" if v["verdict"] == "pilot" and v.get("gaps") else v["reason"])}
-            for name, v in verdicts.items()]
-
-
 def _matrix(report: dict[str, Any]) -> dict[str, Any]:
     matrix = report.get("matrix") or coverage_matrix(report)
     names = [c.get("name") for c in report.get("config", {}).get("candidates", [])]
@@ -112,4 +107,4 @@ def _matrix(report: dict[str, Any]) -> dict[str, Any]:
     return {"candidates": names,
             "matrix": [(family, [{"route": name, "shown": shown(cells.get(name, missing)),
                                   **{"instances": "", **cells.get(name, missing)}} for name in names])
-                       for family, cells in matrix.items()]}
+                       for family, cells in ((f, matrix[f]) for f in in_family_order(matrix))]}

@@ -16,8 +16,7 @@ from typing import Any, Callable
 from spec_route_suite.reports import by_class
 from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.compare import render_comparison
-from spec_route_suite.reports.coverage import FAMILIES
-from spec_route_suite.reports.matrix import coverage_matrix
+from spec_route_suite.reports.matrix import coverage_matrix, in_family_order
 from spec_route_suite.reports.speed import shape, speed_rows
 from spec_route_suite.reports.gaps import gap_rows
 from spec_route_suite.reports.terminal import short_reason
@@ -59,10 +58,20 @@ def _candidates(report: dict[str, Any]) -> list[str]:
     verdicts = report.get("route_verdicts") or {}
     rows = ["| candidate | verdict | bug findings | why |", "|---|---|---|---|"]
     for name, verdict in verdicts.items():
-        bugs = sum(c.get("count", 1) for c in report.get("clusters") or []
-                   if c.get("route") == name and c.get("severity") == "bug")
-        rows.append(f"| `{name}` | **{verdict['verdict'].upper()}** | {bugs} | {_md(short_reason(verdict))} |")
+        rows.append(f"| `{name}` | **{verdict['verdict'].upper()}** | {bug_count(report, name)} | "
+                    f"{_md(short_reason(verdict))} |")
     return rows + [""]
+
+
+def bug_count(report: dict[str, Any], name: str) -> int:
+    """The candidate's bug findings, over its finding clusters."""
+    return sum(c.get("count", 1) for c in report.get("clusters") or []
+               if c.get("route") == name and c.get("severity") == "bug")
+
+
+def gaps_lead(report: dict[str, Any]) -> str:
+    return ("what keeps a candidate from ADOPT" if report["verdict"] == "pilot"
+            else "besides the findings, what would keep a candidate from ADOPT")
 
 
 def _gaps(report: dict[str, Any]) -> list[str]:
@@ -70,9 +79,7 @@ def _gaps(report: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     several = len(report.get("route_verdicts") or {}) > 1
-    lead = ("What keeps a candidate from ADOPT" if report["verdict"] == "pilot"
-            else "Besides the findings, what would keep a candidate from ADOPT")
-    lines = [f"## Gaps ({len(rows)}): {lead.lower()}", "",
+    lines = [f"## Gaps ({len(rows)}): {gaps_lead(report)}", "",
              "| gap | families | " + ("candidates | " if several else "") + "why | how to close it |",
              "|---|---|" + ("---|" if several else "") + "---|---|"]
     for row in rows:
@@ -94,7 +101,7 @@ def _matrix(report: dict[str, Any]) -> list[str]:
     names = [c.get("name") for c in report.get("config", {}).get("candidates", [])]
     lines = ["## Coverage by family", "", "| family | " + " | ".join(f"`{n}`" for n in names) + " |",
              "|---|" + "---|" * len(names)]
-    for family in sorted(matrix, key=lambda f: FAMILIES.index(f) if f in FAMILIES else len(FAMILIES)):
+    for family in in_family_order(matrix):
         cells = matrix[family]
         lines.append(f"| {family} | " + " | ".join(compact(cells[n]) if n in cells else "?" for n in names) + " |")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.get("counts", {}).items()))
