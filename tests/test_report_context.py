@@ -262,10 +262,11 @@ def test_the_floor_holds_both_limits_and_judges_enough_drafted_tokens_only():
     assert "(0.90%)" in below_floor(drafts=None, draft_tokens=20_000, accepted=180)   # no steps stated: the share
     assert below_floor(drafts=1000, draft_tokens=7000, accepted=0) == ""             # none: "accepted nothing"
     few = {"drafts": 50, "draft_tokens": FLOOR_MIN_DRAFT_TOKENS - 1, "accepted": 1, "accepted_per_pos": [1]}
-    status = speculation_status("c", inventory={"speculation": {"method": "x"}}, profile=few)
+    inventory = {"speculation": {"method": "x"}}
+    status = speculation_status("c", inventory=inventory, profile=few)
     assert status["status"] == RAN and "the floor was not judged" in status["reason"]
     enough = {**few, "draft_tokens": FLOOR_MIN_DRAFT_TOKENS}
-    assert speculation_status("c", inventory={"speculation": {"method": "x"}}, profile=enough)["status"] == ALMOST_NOTHING
+    assert speculation_status("c", inventory=inventory, profile=enough)["status"] == ALMOST_NOTHING
 
 
 def test_a_weak_real_route_falls_below_the_floor_by_chance_rarely_at_the_minimum_sample():
