@@ -1,6 +1,7 @@
 """The report's route context: speculation really ran, counter invariants, baseline parity, latency."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from spec_route_suite.routes.base import AcceptanceSnapshot
@@ -150,15 +151,19 @@ def _class(category: str, draft_tokens: int, accepted: int) -> dict:
             "accepted_per_pos": [], "why": ""}
 
 
+def _run_with_classes(tmp_path: Path, classes: list[dict]) -> dict:
+    """The report of a run whose route accepts overall and whose class phases measured `classes`."""
+    collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
+    collector.measurements["class_acceptance"] = [{"test_id": "t::class-acceptance", "route": "candidate",
+                                                   "measured_by": "in the test", "classes": classes}]
+    return build_run_report(collector)
+
+
 def test_every_class_that_accepted_nothing_is_named_even_when_no_class_accepted(tmp_path):
     """Class phases where no class accepted a draft (a total collapse) named no class, since a class was named
     only beside another that accepts, and the run adopted on the route's other traffic; now each class is named
     and the route waits. One class collapsed beside one that accepts is named too; all classes accepting, none."""
-    def run(classes):
-        collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
-        collector.measurements["class_acceptance"] = [{"test_id": "t::class-acceptance", "route": "candidate",
-                                                       "measured_by": "in the test", "classes": classes}]
-        return build_run_report(collector)
+    run = functools.partial(_run_with_classes, tmp_path)
     report = run([_class("short", 40, 0), _class("long", 48, 0)])
     assert report["verdict"] == "wait", report["verdict_reason"]
     for category, tokens in (("short", 40), ("long", 48)):
@@ -282,11 +287,7 @@ def test_a_weak_real_route_falls_below_the_floor_by_chance_rarely_at_the_minimum
 def test_a_class_that_accepts_almost_nothing_is_named_and_waits(tmp_path):
     """One class at 3 of 2,400 drafted tokens beside one that accepts: that class named, in its own words, wait;
     both classes accepting well: adopt."""
-    def run(classes):
-        collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
-        collector.measurements["class_acceptance"] = [{"test_id": "t::class-acceptance", "route": "candidate",
-                                                       "measured_by": "in the test", "classes": classes}]
-        return build_run_report(collector)
+    run = functools.partial(_run_with_classes, tmp_path)
     report = run([_class("short", 400, 250), _class("long", 2400, 3)])
     assert report["verdict"] == "wait", report["verdict_reason"]
     assert ("speculation ran but accepted almost nothing on prompt class `traffic/long` of `candidate` (3 of 2400 "
