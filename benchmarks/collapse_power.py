@@ -9,20 +9,23 @@ alike), the full-budget run 2.89 and 2.31 on 16 (7 lower, 9 alike), and the pair
 both (p = 0.022, 0.037); the speed gate alone at 24 prompts saw 6 and 3 prompts lower (12% and 7% pooled): F4
 reaches only the prompts whose drafts share a draft batch. How many prompts does the gate need? Each draw takes
 `size` prompts with replacement from a measured gate (each prompt's [drafting steps, accepted tokens] alone and at
-8 in flight, as the server's per-answer `timings` stated them; the gates are tests/test_acceptance_collapse.py's
-MEASURED_GATES, which that file also decides as sent) and asks the suite's own `collapses` whether the level
-collapsed, at the run's alpha. Measured pairs, not a model: the four F4 gates are the power; the same drafter with
-`--no-spec-draft-backend-sampling` and DFlash (one prompt of which drafted a near-tie differently in company) are
-the false alarms. Prints one table (markdown). Environment: none.
+8 in flight, as the server's per-answer `timings` stated them; the gates are stressors/measured_speed_gates.toml,
+with each gate's run and command, which tests/test_acceptance_collapse.py also decides as sent) and asks the
+suite's own `collapses` whether the level collapsed, at the run's default alpha. Measured pairs, not a model: the
+four F4 gates are the power; the same drafter with `--no-spec-draft-backend-sampling` and DFlash (one prompt of
+which drafted a near-tie differently in company) are the false alarms. Prints one table (markdown). Environment: none.
 """
 from __future__ import annotations
 
 import argparse
 import random
 
+from spec_route_suite.options import option
 from spec_route_suite.stressors.acceptance_collapse import collapses
+from spec_route_suite.stressors.measured_gates import gate_rows, measured_gates
 
-from tests.test_acceptance_collapse import ALPHA, MEASURED_GATES, gate_rows
+ALPHA = option("alpha").default
+MEASURED_GATES = measured_gates()
 
 
 def detected(pairs: list[tuple[list[int], list[int]]]) -> bool:
@@ -31,7 +34,7 @@ def detected(pairs: list[tuple[list[int], list[int]]]) -> bool:
 
 
 def rate(gate: str, size: int, draws: int, rng: random.Random) -> float:
-    pool = list(zip(*MEASURED_GATES[gate]))
+    pool = MEASURED_GATES[gate].pairs
     return sum(detected([rng.choice(pool) for _ in range(size)]) for _ in range(draws)) / draws
 
 
@@ -48,10 +51,9 @@ def main(argv=None) -> None:
     for size in args.sizes:
         print(f"| {size} | " + " | ".join(f"{rate(name, size, args.draws, rng):.3f}" for name in MEASURED_GATES)
               + " |", flush=True)
-    sent = {name: list(zip(*gate)) for name, gate in MEASURED_GATES.items()}
     print("\nThe measured gates themselves, as sent: "
-          + ", ".join(f"{name} ({len(pairs)} prompts): {'warning' if detected(pairs) else 'none'}"
-                      for name, pairs in sent.items()))
+          + ", ".join(f"{name} ({len(gate.pairs)} prompts): {'warning' if detected(gate.pairs) else 'none'} "
+                      f"(expected: {gate.expect})" for name, gate in MEASURED_GATES.items()))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The run broken down by prompt class (source, category): acceptance and outcomes, and the classes where
 speculation did nothing: a class that drafted and accepted nothing never ran its accept path (a "wait", named
-class by class even when no class accepted anything); one that drafted nothing while others accepted is a gap.
+class by class even when no class accepted anything); one that accepted almost nothing, below the floor of
+reports/acceptance.py, barely ran it (a "wait" too, in its own words); one that drafted nothing while others
+accepted is a gap.
 
 Why: "acceptance falls on long code answers" and "the diverging prompts are all MT-Bench extraction" are what
 an engineer qualifying a route on their workload needs to see. Folds two measurements:
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
+
+from spec_route_suite.reports.acceptance import below_floor
 
 # drafted tokens all rejected before a class reads "accepted nothing": fewer may be chance (16 rejections in a row
 # at a draft acceptance rate of 0.5 happen once in 65,536 classes)
@@ -68,18 +72,24 @@ def class_gaps(by_class: Mapping[str, Any], route: str | None = None) -> list[st
 
 def class_problems(by_class: Mapping[str, Any], route: str | None = None) -> list[str]:
     """Verdict problems (wait): classes whose speculation drafted and accepted nothing, named one by one also when
-    no class accepted anything (all candidates, or `route`)."""
+    no class accepted anything, and classes that accepted almost nothing (all candidates, or `route`)."""
     problems = []
     for name, profile in _profiles(by_class, route):
         measured = _measured(profile["classes"])
         anywhere = any((c.get("accepted") or 0) > 0 for c in measured)
         for c in measured:
+            little = below_floor(drafts=c.get("drafts"), draft_tokens=c.get("draft_tokens"), accepted=c.get("accepted"))
             if _accepted_nothing(c):
                 problems.append(
                     f"speculation ran but accepted nothing on prompt class `{c['source']}/{c['category']}` of `{name}` "
                     f"({c['draft_tokens']} drafted tokens, none accepted, "
                     + ("while other classes accept" if anywhere else "nor on any other class")
                     + "): its accept path never ran there, so its checks on that class exercised the target alone")
+            elif little:
+                problems.append(
+                    f"speculation ran but accepted almost nothing on prompt class `{c['source']}/{c['category']}` of "
+                    f"`{name}` ({little}): its accept path barely ran there, so its checks on that class exercised "
+                    f"the target almost alone")
     return problems
 
 

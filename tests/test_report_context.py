@@ -1,10 +1,12 @@
 """The report's route context: speculation really ran, counter invariants, baseline parity, latency."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from spec_route_suite.routes.base import AcceptanceSnapshot
-from spec_route_suite.reports.acceptance import ACCEPTED_NOTHING, DID_NOT_RUN, MISSING, RAN, UNKNOWN, speculation_status
+from spec_route_suite.reports.acceptance import (ACCEPTED_NOTHING, ALMOST_NOTHING, DID_NOT_RUN, FLOOR_MIN_DRAFT_TOKENS,
+                                                 MISSING, RAN, UNKNOWN, below_floor, speculation_status)
 from spec_route_suite.routes.acceptance import acceptance_profile
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import FAMILIES, CoverageRecord
@@ -149,15 +151,19 @@ def _class(category: str, draft_tokens: int, accepted: int) -> dict:
             "accepted_per_pos": [], "why": ""}
 
 
+def _run_with_classes(tmp_path: Path, classes: list[dict]) -> dict:
+    """The report of a run whose route accepts overall and whose class phases measured `classes`."""
+    collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
+    collector.measurements["class_acceptance"] = [{"test_id": "t::class-acceptance", "route": "candidate",
+                                                   "measured_by": "in the test", "classes": classes}]
+    return build_run_report(collector)
+
+
 def test_every_class_that_accepted_nothing_is_named_even_when_no_class_accepted(tmp_path):
     """Class phases where no class accepted a draft (a total collapse) named no class, since a class was named
     only beside another that accepts, and the run adopted on the route's other traffic; now each class is named
     and the route waits. One class collapsed beside one that accepts is named too; all classes accepting, none."""
-    def run(classes):
-        collector = _collector(tmp_path, candidate_kind="hf", workers=[_worker(ACCEPTED)])
-        collector.measurements["class_acceptance"] = [{"test_id": "t::class-acceptance", "route": "candidate",
-                                                       "measured_by": "in the test", "classes": classes}]
-        return build_run_report(collector)
+    run = functools.partial(_run_with_classes, tmp_path)
     report = run([_class("short", 40, 0), _class("long", 48, 0)])
     assert report["verdict"] == "wait", report["verdict_reason"]
     for category, tokens in (("short", 40), ("long", 48)):
@@ -214,3 +220,78 @@ def test_a_planted_total_collapse_and_a_plain_route_with_a_divergence_say_so_fir
     report = plain.report
     assert report["speculation"][0]["status"] == DID_NOT_RUN and report["verdict"] == "avoid", plain.output_tail
     assert report["verdict_reason"].startswith("speculation did not run on `candidate`"), report["verdict_reason"]
+
+
+# ---------------------------------------------------------------- accepted almost nothing (issue #42 item 1)
+
+ONE_IN_30000 = {"drafts": 30_000, "draft_tokens": 210_000, "accepted": 1, "accepted_per_pos": [1, 0, 0, 0, 0, 0, 0]}
+
+
+def _measured(drafts: int, k: int, rates: list[float]) -> dict:
+    """A profile from a measured run's drafts and per-position acceptance rates."""
+    per_pos = [round(r * drafts) for r in rates]
+    return {"drafts": drafts, "draft_tokens": k * drafts, "accepted": sum(per_pos), "accepted_per_pos": per_pos}
+
+
+# the weakest real routes over a whole run (reports/acceptance.py's docstring): llama.cpp's EAGLE-3 under F4 on the
+# full-budget run (1.79, positions as measured; its drafts stand in at 40,000), vLLM's n-gram on the full suite
+WEAKEST_DRAFTER = _measured(40_000, 7, [0.23, 0.15, 0.11, 0.09, 0.08, 0.06, 0.06])
+WEAKEST_ROUTE = _measured(28_343, 4, [0.105, 0.063, 0.024, 0.009])
+
+
+def test_one_accepted_token_in_30000_drafts_is_not_ran_and_waits(tmp_path):
+    """It read "ran" (one accepted token) and the run adopted; now "ran but accepted almost nothing", wait, said
+    first, with the counts and the floor."""
+    report = build_run_report(_collector(tmp_path, candidate_kind="hf", workers=[_worker(ONE_IN_30000)]))
+    assert report["speculation"][0]["status"] == ALMOST_NOTHING != RAN
+    assert report["verdict"] == "wait"
+    assert report["verdict_reason"].startswith(
+        "speculation ran but accepted almost nothing on `candidate` (1 of 210000 drafted tokens accepted (0.00%), "
+        "mean acceptance length 1.00003 over 30000 drafts; the floor is 1.1 and 1% of drafted tokens): its accept "
+        "path barely ran"), report["verdict_reason"]
+    assert report["route_verdicts"]["candidate"]["verdict"] == "wait"
+    assert "| `candidate` | ran but accepted almost nothing |" in render_summary(report)
+
+
+def test_the_weakest_real_routes_ran_and_adopt(tmp_path):
+    for profile, length in ((WEAKEST_DRAFTER, 1.78), (WEAKEST_ROUTE, 1.2)):
+        report = build_run_report(_collector(tmp_path, candidate_kind="hf", workers=[_worker(profile)]))
+        assert round(report["acceptance"]["candidate"]["mean_acceptance_length"], 2) == length
+        assert report["speculation"][0]["status"] == RAN and report["verdict"] == "adopt", report["verdict_reason"]
+
+
+def test_the_floor_holds_both_limits_and_judges_enough_drafted_tokens_only():
+    assert below_floor(drafts=1000, draft_tokens=7000, accepted=100) == ""            # 1.10, 1.4%
+    assert "mean acceptance length 1.09" in below_floor(drafts=1000, draft_tokens=1000, accepted=90)   # 9% of 1
+    assert "(0.90%)" in below_floor(drafts=1000, draft_tokens=20_000, accepted=180)   # 1.18, but 0.9% of 20
+    assert "(0.90%)" in below_floor(drafts=None, draft_tokens=20_000, accepted=180)   # no steps stated: the share
+    assert below_floor(drafts=1000, draft_tokens=7000, accepted=0) == ""             # none: "accepted nothing"
+    few = {"drafts": 50, "draft_tokens": FLOOR_MIN_DRAFT_TOKENS - 1, "accepted": 1, "accepted_per_pos": [1]}
+    inventory = {"speculation": {"method": "x"}}
+    status = speculation_status("c", inventory=inventory, profile=few)
+    assert status["status"] == RAN and "the floor was not judged" in status["reason"]
+    enough = {**few, "draft_tokens": FLOOR_MIN_DRAFT_TOKENS}
+    assert speculation_status("c", inventory=inventory, profile=enough)["status"] == ALMOST_NOTHING
+
+
+def test_a_weak_real_route_falls_below_the_floor_by_chance_rarely_at_the_minimum_sample():
+    """The docstring's figure: the weakest real profile (5% of drafted tokens accepted, 4 a step) at
+    FLOOR_MIN_DRAFT_TOKENS drafted tokens reads below the floor (or accepts none) with probability 0.004."""
+    from scipy.stats import binom
+    n = FLOOR_MIN_DRAFT_TOKENS
+    chance = sum(binom.pmf(a, n, 0.05) for a in range(n + 1)
+                 if a == 0 or below_floor(drafts=n // 4, draft_tokens=n, accepted=a))
+    assert 0.003 < chance < 0.005, chance
+
+
+def test_a_class_that_accepts_almost_nothing_is_named_and_waits(tmp_path):
+    """One class at 3 of 2,400 drafted tokens beside one that accepts: that class named, in its own words, wait;
+    both classes accepting well: adopt."""
+    run = functools.partial(_run_with_classes, tmp_path)
+    report = run([_class("short", 400, 250), _class("long", 2400, 3)])
+    assert report["verdict"] == "wait", report["verdict_reason"]
+    assert ("speculation ran but accepted almost nothing on prompt class `traffic/long` of `candidate` (3 of 2400 "
+            "drafted tokens accepted (0.12%), mean acceptance length 1.005 over 600 drafts; the floor is 1.1 and 1% of "
+            "drafted tokens): its accept path barely ran there") in report["verdict_reason"], report["verdict_reason"]
+    assert "traffic/short" not in report["verdict_reason"]
+    assert run([_class("short", 400, 250), _class("long", 2400, 900)])["verdict"] == "adopt"

@@ -1,21 +1,21 @@
 """A property of the verdict, checked against its definitions (docs/checks.md, "Verdicts") on generated runs.
 
 docs/checks.md: **adopt**: every check family ran, passed and could have detected its bug class on this run;
-**pilot**: passed, with gaps; **wait**: failed checks, route errors, speculation that never ran or accepted
-nothing, a baseline that speculated, counters that contradict themselves; **avoid**: a correctness finding
-against a candidate. "n/a" only where the engine itself says the bug class cannot exist; a part is verified only
-when every instance planned for it ran with evidence, and the coverage says "k of n instances".
+**pilot**: passed, with gaps; **wait**: failed checks, route errors, speculation that never ran or accepted nothing
+or almost nothing (below the floor), a baseline that speculated, counters that contradict themselves; **avoid**: a
+correctness finding against a candidate. "n/a" only where the engine itself says the bug class cannot exist; a part
+is verified only when every instance planned for it ran with evidence, and the coverage says "k of n instances".
 
 Hypothesis generates whole runs: several candidates; per family, nothing collected, one or two parts named by a
 test parameter, or one part whose name two detectors (two test functions) share; each part several instances
 (prompts) per candidate, each in one state: passed with evidence, passed comparing nothing, passed recording
-nothing, passed blind, not applicable (passed or skipped), refused, skipped, failed, errored at setup, planned
-but deselected, or run without being planned; per candidate its acceptance counters (accepting, drafting and
-accepting nothing, idle, contradictory) and a finding (none, a bug, a route error); sometimes a baseline that
-speculated. The run goes through the plugin's own path: items collected by the collector, records written by
-the checks' FindingSink.cover, findings by FindingSink.add, reports fed to the collector's logreport hook.
-The oracle below reads only the generated states and the definitions above; it shares no code with
-reports/ (the implementation folds rows of instances; the oracle judges the candidate's instances directly).
+nothing, passed blind, not applicable (passed or skipped), refused, skipped, failed, errored at setup, planned but
+deselected, or run without being planned; per candidate its acceptance counters (accepting, drafting and accepting
+nothing or almost nothing, idle, contradictory) and a finding (none, a bug, a route error); sometimes a baseline
+that speculated. The run goes through the plugin's own path: items collected by the collector, records written by
+the checks' FindingSink.cover, findings by FindingSink.add, reports fed to the collector's logreport hook. The
+oracle below reads only the generated states and the definitions above; it shares no code with reports/ (the
+implementation folds rows of instances; the oracle judges the candidate's instances directly).
 Environment: none.
 """
 from __future__ import annotations
@@ -41,9 +41,12 @@ STATES = EVIDENCE + NOT_APPLICABLE + GAPS + BROKEN
 SHAPES = ("absent", "one part", "two parts", "shared part")
 COUNTERS = {"accepting": {"drafts": 10, "draft_tokens": 40, "accepted": 20, "accepted_per_pos": [8, 6, 4, 2]},
             "accepting nothing": {"drafts": 10, "draft_tokens": 40, "accepted": 0, "accepted_per_pos": [0, 0, 0, 0]},
+            "accepting almost nothing": {"drafts": 30_000, "draft_tokens": 120_000, "accepted": 1,
+                                         "accepted_per_pos": [1, 0, 0, 0]},
             "idle": {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []},
             "contradictory": {"drafts": 10, "draft_tokens": 40, "accepted": 12, "accepted_per_pos": [2, 4, 6, 0]}}
-LEADS = {"accepting nothing": "speculation ran but accepted nothing", "idle": "speculation did not run"}
+LEADS = {"accepting nothing": "speculation ran but accepted nothing",
+         "accepting almost nothing": "speculation ran but accepted almost nothing", "idle": "speculation did not run"}
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,7 @@ def _with(run: Run, changes: dict[tuple[str, int], str], **fields) -> Run:
 @example(_with(ALL_VERIFIED, {("prefix-cache", 0): "n/a", ("prefix-cache", 1): "blind"}))  # n/a beside blind
 @example(_with(ALL_VERIFIED, {("greedy", 1): "deselected"}))                        # one prompt removed by -k
 @example(_with(ALL_VERIFIED, {}, counters={"c0": "accepting nothing"}))             # drafts, none accepted: wait
+@example(_with(ALL_VERIFIED, {}, counters={"c0": "accepting almost nothing"}))      # 1 of 120,000 accepted: wait
 @example(_with(ALL_VERIFIED, {}, counters={"c0": "idle"}, finding={"c0": "bug"}))   # did not run, and a finding
 @example(Run(candidates=["c0"], instances=[                                          # two detectors share "n"
     Instance("features", "n", True, "test_features_one", 0, "c0", "verified"),
