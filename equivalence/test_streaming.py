@@ -14,16 +14,17 @@ ids is compared at text level (spec_route_suite/routes/textlevel.py): streamed a
 and usage, without the usage-equals-token-count check (its ids are re-derived from text).
 Text and ids are judged apart: a stream whose ids are incomplete (`Completion.id_gap`, or a text-level
 stream beside an id-level plain answer) with equal text is no "different answer": its `text` part is verified,
-and its ids are judged against the baseline's stream of the same request: the same gap there is an engine note,
-none there is a finding (the candidate drops what its engine delivers: llama.cpp's draft-simple streams carry
-logprob entries, where its ids are, only for tokens sampled outside draft verification), and a baseline that
-cannot stream leaves the `ids` part "not verified" (why). Each stream's evidence is what its two deliveries had
+and its ids are judged against the baseline's stream of the same request: the same gap there (the same ids left
+out, at the same places) is an engine note, none there or one elsewhere is a finding (the candidate drops what its
+engine delivers: llama.cpp's draft-simple streams carry logprob entries, where its ids are, only for tokens sampled
+outside draft verification), and a baseline that cannot stream leaves the `ids` part "not verified" (why).
+A difference the baseline's own two deliveries of the request show too is excused only when it is the same
+difference, kind, place and piece (equivalence/stream_edits.py): a baseline differing in finish_reason does not
+excuse a token duplicated in the candidate's answer. Each stream's evidence is what its two deliveries had
 to agree on (tokens, or characters): none is "not verified", never a pass. The accounting rules (usage, finish_reason, stream events; equivalence/rules.py)
 are judged against the baseline's own plain and streamed answers to the same requests.
 """
 from __future__ import annotations
-
-import difflib
 
 from dataclasses import replace
 
@@ -34,6 +35,7 @@ from spec_route_suite.equivalence.differential import Differential, control, con
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy, exposure
 from spec_route_suite.equivalence.rules import Violation, details, stream_violations
+from spec_route_suite.equivalence.stream_edits import answer_edits, describe as describe_edits, id_edits, left_out
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import Finding
@@ -119,6 +121,7 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
     stream_req = replace(req, stream=True, request_id=req.request_id + "-sse")
     streamed = candidate.generate(stream_req)
     gap = id_gap(plain=plain, streamed=streamed)
+    missing = left_out(plain, streamed) if gap else ()   # before aligning: the plain answer's own ids
     plain, streamed = aligned(plain, streamed, tokenizer)
     level = describe(plain, streamed)
     if is_text_level(plain, streamed):
@@ -126,13 +129,15 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
     controls = BaselineDeliveries(baseline, req, stream_req)
     shared_ids = not gap and _ids_differ_as_on_the_baseline(findings, check, plain, streamed, controls,
                                                              candidate=candidate, prompt_id=prompt_id, req=stream_req)
-    problems = delivery_differences(plain=plain, streamed=streamed, compare_ids=not gap and not shared_ids)
+    compare_ids = not gap and not shared_ids
+    problems = delivery_differences(plain=plain, streamed=streamed, compare_ids=compare_ids)
     verdict = _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id) if problems else None
     # a split at a near-tie keeps its own verdict (the policy decides); any other difference the baseline's own two
-    # deliveries of the request show too is the engine's
+    # deliveries of the request show too, the same one at the same place, is the engine's
     engine_stream = bool(problems) and not (verdict is not None and verdict.is_near_tie) and \
-        _streams_differ_as_on_the_baseline(findings, check, controls, req=stream_req, candidate=candidate,
-                                           prompt_id=prompt_id, tokenizer=tokenizer)
+        _streams_differ_as_on_the_baseline(findings, check, controls, plain, streamed, compare_ids=compare_ids,
+                                           req=stream_req, candidate=candidate, prompt_id=prompt_id,
+                                           tokenizer=tokenizer)
     if engine_stream:
         problems = []
     if problems:
@@ -146,7 +151,7 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
             problems = []
         elif verdict is not None:
             problems.append(f"first split classified against baseline '{baseline.name}': {verdict.summary()}")
-    dropped = gap and _ids_not_verified(findings, check, candidate, gap, baseline_gap=controls.id_gap(),
+    dropped = gap and _ids_not_verified(findings, check, candidate, gap, missing, baseline_gap=controls.id_gap(),
                                         prompt_id=prompt_id, req=stream_req, controls=controls,
                                         compared=len(plain.text))
     ours = stream_violations(plain=plain, streamed=streamed)
@@ -190,43 +195,20 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
                 + "\n".join(problems + ([dropped] if dropped else [])), pytrace=False)
 
 
-def trailing_difference(plain: Completion, streamed: Completion) -> str | None:
-    """How two deliveries' ids differ when they differ only at the end (one carries a last token the other lacks,
-    as an engine that counts a stop's token in one delivery and not the other does); None otherwise."""
-    a, b = tuple(plain.token_ids), tuple(streamed.token_ids)
-    if a == b or abs(len(a) - len(b)) != 1:
-        return None
-    if b[:len(a)] == a:
-        return "the stream carries one token more at its end than the plain answer"
-    if a[:len(b)] == b:
-        return "the plain answer carries one token more at its end than the stream"
-    return None
-
-
-def ids_difference(plain: Completion, streamed: Completion) -> str | None:
-    """How two deliveries' ids differ, token for token (None when they agree, or when their texts differ): a last
-    token one of them lacks (trailing_difference), else every stretch where they part, with the ids on each side. A server whose
-    parser keeps some tokens out of its stream (llama.cpp's reasoning parser drops `</think>` and the blank line
-    after it from a streamed chat answer's ids) differs the same way on every route it serves."""
-    trailing = trailing_difference(plain, streamed)
-    if trailing or tuple(plain.token_ids) == tuple(streamed.token_ids) or plain.text != streamed.text:
-        return trailing   # a text that differs is a different answer, judged as one
-    opcodes = difflib.SequenceMatcher(a=plain.token_ids, b=streamed.token_ids, autojunk=False).get_opcodes()
-    return "; ".join(f"{tag}: plain {list(plain.token_ids[i1:i2])} vs stream {list(streamed.token_ids[j1:j2])}"
-                     for tag, i1, i2, j1, j2 in opcodes if tag != "equal")
-
-
 def _ids_differ_as_on_the_baseline(findings, check, plain, streamed, controls, *, candidate, prompt_id: str,
                                    req: Request) -> bool:
     """Stream ids that differ from the plain answer's exactly as the baseline's two deliveries of the same request
-    differ (the same tokens, the same places): engine behaviour (a note, the `ids` part not verified), not a
-    different answer."""
-    ours = ids_difference(plain, streamed)
+    differ (the same ids, at the same places; their texts agree): engine behaviour (a note, the `ids` part not
+    verified), not a different answer. A server whose parser keeps some tokens out of its stream (llama.cpp's
+    reasoning parser drops `</think>` and the blank line after it from a streamed chat answer's ids) differs the
+    same way on every route it serves."""
+    ours = id_edits(plain, streamed)
     answers = controls.answers() if ours else None
-    if not answers or ids_difference(*answers) != ours:
+    if not answers or id_edits(*answers) != ours:
         return False
-    _engine_note(findings, check, controls, Violation("ids", ours, f"plain {len(plain.token_ids)} ids, stream "
-                                                                  f"{len(streamed.token_ids)} ids"),
+    _engine_note(findings, check, controls, Violation("ids", describe_edits(ours, len(plain.token_ids)),
+                                                      f"plain {len(plain.token_ids)} ids, stream "
+                                                      f"{len(streamed.token_ids)} ids"),
                  candidate=candidate, prompt_id=prompt_id, req=req, baseline_answer=answers[1])
     return True
 
@@ -245,19 +227,23 @@ def _stream_signature(req: Request) -> str:
     return "the streamed answer differs from the plain answer" + (" with a stop string" if req.stop else "")
 
 
-def _streams_differ_as_on_the_baseline(findings, check, controls, *, req: Request, candidate, prompt_id: str,
-                                       tokenizer) -> bool:
-    """The baseline's own two deliveries of the same request differ too (text or finish_reason): the engine streams
-    this request differently from how it returns it with or without speculation (vLLM 0.32's reasoning parser with
-    a stop string, on the AR server too), so the comparison cannot show what speculation does: an engine note and
-    the part not verified, not a finding against the candidate."""
+def _streams_differ_as_on_the_baseline(findings, check, controls, plain: Completion, streamed: Completion, *,
+                                       compare_ids: bool, req: Request, candidate, prompt_id: str, tokenizer) -> bool:
+    """The baseline's own two deliveries of the same request differ exactly as the candidate's do: the same text
+    and finish_reason edits, at the same places (and the same ids, where both streams carry them all). The engine
+    streams this request differently from how it returns it with or without speculation (vLLM 0.32's reasoning
+    parser with a stop string, on the AR server too), so the comparison cannot show what speculation does: an
+    engine note and the part not verified. Any other difference is judged as the candidate's."""
     answers = controls.answers()
-    if answers:
-        answers = aligned(*answers, tokenizer)
-    theirs = delivery_differences(plain=answers[0], streamed=answers[1], compare_ids=False) if answers else []
-    if not theirs:
+    if not answers:
         return False
-    _engine_note(findings, check, controls, Violation("stream_text", _stream_signature(req), "; ".join(theirs)),
+    ids = compare_ids and not controls.id_gap() and not is_text_level(plain, streamed, *answers)
+    base_plain, base_streamed = aligned(*answers, tokenizer)
+    theirs = answer_edits(base_plain, base_streamed, ids=ids)
+    if not theirs or answer_edits(plain, streamed, ids=ids) != theirs:
+        return False
+    shown = delivery_differences(plain=base_plain, streamed=base_streamed, compare_ids=False)
+    _engine_note(findings, check, controls, Violation("stream_text", _stream_signature(req), "; ".join(shown)),
                  candidate=candidate, prompt_id=prompt_id, req=req, baseline_answer=answers[1])
     return True
 
@@ -295,28 +281,23 @@ class BaselineDeliveries:
         return None if answers is None else id_gap(plain=answers[0], streamed=answers[1])
 
 
-def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str | None, prompt_id: str,
+def _ids_not_verified(findings, check, candidate, gap: str, missing, *, baseline_gap: str | None, prompt_id: str,
                       req: Request, controls: BaselineDeliveries, compared: int) -> str | None:
     """A stream without a full set of ids: its text was compared (the text part verified), its ids were not. The
-    baseline's stream with the same gap makes it engine behaviour (a note); a baseline stream of the same request
-    that carries every id makes it the candidate's: a finding (the returned problem, with its Finding recorded);
-    a baseline that cannot stream leaves the ids part "not verified"."""
+    baseline's stream leaving out the same ids at the same places (`missing`: stream_edits.left_out) makes it
+    engine behaviour (a note); a baseline stream of the same request that carries every id, or leaves out others,
+    makes it the candidate's: a finding (the returned problem, with its Finding recorded); a baseline that cannot
+    stream leaves the ids part "not verified"."""
     findings.cover(check, candidate.name, verified=compared > 0, part="text", ran={"characters compared": compared},
                    could_detect="a streamed text or finish_reason that differs from the plain answer",
                    reason="" if compared else "vacuous: both deliveries are empty, nothing compared")
-    if baseline_gap == "":
-        problem = (f"the stream's token ids are incomplete ({gap}), while baseline '{controls.baseline.name}''s "
-                   f"stream of the same request carries them all")
-        cause = (f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) the "
-                 f"baseline's stream of the same request carries")   # seen by the streaming and the chat checks
-        findings.add(Finding(
-            check=check, severity="bug", route=candidate.name, prompt_id=prompt_id, title=cause,
-            details={"rule": "ids", "diff": problem, "prompt_ids": list(req.prompt_ids), "cause": cause,
-                     "baseline_control": control(req.request_id, controls.streamed()),
-                     "repro": logprobs_repro(replace(req, logprobs=1), candidate=candidate, baseline=controls.baseline,
-                                             tolerance=0.0, mode="missing")}))
-        return problem
-    if baseline_gap:
+    if baseline_gap is None:
+        findings.cover(check, candidate.name, verified=False, part="ids", ran={"streams": 1},
+                       could_detect="streamed token ids that differ from the plain answer's",
+                       reason=f"the stream's token ids are incomplete ({gap}): compared by text instead; no control: "
+                              f"{controls.missing}")
+        return None
+    if baseline_gap and left_out(*controls.answers()) == missing:
         differential = Differential(findings, check=check, baseline=controls.baseline, candidate=candidate,
                                     prompt_id=prompt_id)
         gap_rule = Violation("ids", "stream token ids incomplete (re-derived from the text)", gap)
@@ -324,13 +305,20 @@ def _ids_not_verified(findings, check, candidate, gap: str, *, baseline_gap: str
                            baseline_violations=[replace(gap_rule, detail=baseline_gap)],
                            candidate_violations=[gap_rule])
         differential.close()
-        return
         return None
-    findings.cover(check, candidate.name, verified=False, part="ids", ran={"streams": 1},
-                   could_detect="streamed token ids that differ from the plain answer's",
-                   reason=f"the stream's token ids are incomplete ({gap}): compared by text instead; no control: "
-                          f"{controls.missing}")
-    return None
+    theirs = (f"baseline '{controls.baseline.name}''s stream of the same request leaves out other ids ({baseline_gap})"
+              if baseline_gap else f"baseline '{controls.baseline.name}''s stream of the same request carries them all")
+    problem = f"the stream's token ids are incomplete ({gap}), while {theirs}"
+    cause = (f"candidate '{candidate.name}' streams answers without the token ids (logprob entries) the "
+             f"baseline's stream of the same request carries")   # seen by the streaming and the chat checks
+    findings.add(Finding(
+        check=check, severity="bug", route=candidate.name, prompt_id=prompt_id, title=cause,
+        details={"rule": "ids", "diff": problem, "prompt_ids": list(req.prompt_ids), "cause": cause,
+                 "left_out": describe_edits(missing),
+                 "baseline_control": control(req.request_id, controls.streamed()),
+                 "repro": logprobs_repro(replace(req, logprobs=1), candidate=candidate, baseline=controls.baseline,
+                                         tolerance=0.0, mode="missing")}))
+    return problem
 
 
 def _classify_split(baseline, req, plain, streamed, tokenizer, calibration, eos_token_id):

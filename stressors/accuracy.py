@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from scipy.stats import fisher_exact
+from scipy.stats import binomtest, fisher_exact
 
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.stressors.canary import Workload, answer_correct
@@ -72,6 +72,35 @@ def fisher_p(load: Tally, serial: Tally) -> float:
     """One-sided Fisher exact p-value: are there more wrong answers under load than serially?"""
     table = [[load.wrong, load.n - load.wrong], [serial.wrong, serial.n - serial.wrong]]
     return float(fisher_exact(table, alternative="greater").pvalue)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two routes' answers to the same requests, request by request: the keys only the first answered wrong and the
+    keys only the second did (answers both got wrong, or both right, cannot say which route is less accurate)."""
+
+    only_first: tuple[str, ...]
+    only_second: tuple[str, ...]
+
+    @property
+    def p_value(self) -> float:
+        """One-sided exact paired test (McNemar's, exact: a sign test over the requests one route alone answered
+        wrong): does the first answer wrong alone more often than the second?"""
+        first, n = len(self.only_first), len(self.only_first) + len(self.only_second)
+        return float(binomtest(first, n, 0.5, alternative="greater").pvalue) if n else 1.0
+
+    def phrase(self, first: str, second: str) -> str:
+        return (f"{len(self.only_first)} wrong only on {first}, {len(self.only_second)} only on {second} "
+                f"(exact paired test p={self.p_value:.2g})")
+
+
+def paired(first: Tally, second: Tally) -> Paired:
+    """The two tallies of the same scored requests, request by request (a tally of other requests cannot pair)."""
+    if first.n != second.n:
+        raise ValueError(f"paired tallies score the same requests: {first.phrase()} vs {second.phrase()}")
+    theirs, mine = set(second.wrong_keys), set(first.wrong_keys)
+    return Paired(tuple(k for k in first.wrong_keys if k not in theirs),
+                  tuple(k for k in second.wrong_keys if k not in mine))
 
 
 def sentence(*, loaded: Iterable[Tally], serial: Tally, baseline: Tally | None) -> str:

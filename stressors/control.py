@@ -12,10 +12,14 @@ own serial references, and charges the candidate only when a one-sided exact tes
 - the baseline shows no mismatch but the control is too small for the test to reject (candidate 1 of 4 seeds
   changed, baseline 0 of 4: p=0.5; a server that does not speculate at all can do that): more of the
   stressor's own load is bought (`buy`: the same requests on both routes, one route after the other, at most
-  MAX_ROUNDS rounds and MAX_EXTRA_REQUESTS requests per route, each look at alpha / looks so repeated looks
-  keep the false-charge rate within alpha) until the test rejects; otherwise "not verified: control too
-  small", never a bug. The same rounds are bought when the baseline differs too and the candidate's rate
-  stays above it: a clearly larger rate is then charged even when the first look could not tell;
+  MAX_ROUNDS rounds and MAX_EXTRA_REQUESTS requests per route) until the test rejects; otherwise "not verified:
+  control too small", never a bug. The same rounds are bought when the baseline differs too and the candidate's
+  rate stays above it: a clearly larger rate is then charged even when the first look could not tell;
+- the looks spend alpha unevenly (`look_levels`): FIRST_LOOK_SHARE of it at the first look, the stressor's own
+  load (the evidence a user's report has: 7 of 100 answers flipped against 0 of 100, p = 0.0070, is charged there
+  at alpha 0.01), the rest evenly over the rounds bought. The levels sum to alpha, so by the union bound the looks
+  together charge a route no worse than the baseline with probability at most alpha, however they are correlated
+  (benchmarks/protocol_power.py measures it, and the power);
 - the baseline serialises requests (capability concurrency=False): it cannot show load effects, so no time
   is spent on a load run; the control is recorded as such and the candidate judged as before (any mismatch).
 A control request that failed carries no evidence: it is counted and named (the control's sentence lists
@@ -39,6 +43,10 @@ TOO_SMALL = "control too small"
 NAMED_FAILURES = 5   # failed control requests named in a sentence (all of them in the details)
 MAX_ROUNDS = 3       # rounds of the stressor's own load bought at most, on each route
 MAX_EXTRA_REQUESTS = 2048   # requests bought at most per route and comparison (a round that would pass it is not sent)
+# Of alpha, spent at the first look when rounds may follow. Above 0.70 the first look charges 7 of 100 flipped against
+# 0 of 100 at alpha 0.01 (p = 0.0070, the motivating report's own count); 0.8 still does with 3 of the control's 100
+# requests failed (0 of 97: p = 0.0078) and leaves a fifth of alpha for the rounds bought.
+FIRST_LOOK_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,14 @@ class Count:
     @property
     def rate(self) -> float:
         return self.k / self.n if self.n else 0.0
+
+
+def look_levels(alpha: float, looks: int) -> tuple[float, ...]:
+    """The alpha of each look: all of it when there is one; otherwise FIRST_LOOK_SHARE at the first and the rest
+    evenly over the rounds bought. They sum to alpha (the union bound over the looks)."""
+    if looks <= 1:
+        return (alpha,)
+    return (alpha * FIRST_LOOK_SHARE,) + (alpha * (1 - FIRST_LOOK_SHARE) / (looks - 1),) * (looks - 1)
 
 
 def excess_p(candidate: Count, baseline: Count) -> float:
@@ -104,7 +120,8 @@ class LoadComparison:
     """The candidate's count under load beside the baseline's under the same load (None: no control).
 
     `looks`: how many times the excess test may be applied to this comparison (1, or 1 + MAX_ROUNDS when the
-    stressor can buy more rounds); each look tests at alpha / looks. `purchase`: what was bought, if anything."""
+    stressor can buy more rounds); `look`: which one these counts are (1: the stressor's own load), tested at its
+    level of `look_levels`. `purchase`: what was bought, if anything."""
 
     what: str                  # "differ from their serial output", "are contaminated"...
     candidate: Count
@@ -112,12 +129,13 @@ class LoadComparison:
     where: str                 # "at c=8,32"
     alpha: float
     looks: int = 1
+    look: int = 1
     purchase: Purchase | None = None
 
     @property
     def level(self) -> float:
-        """The alpha of each look."""
-        return self.alpha / self.looks
+        """The alpha of this look."""
+        return look_levels(self.alpha, self.looks)[self.look - 1]
 
     @property
     def engine(self) -> bool:
@@ -155,8 +173,8 @@ class LoadComparison:
         return f"baseline under the same load: {self.baseline.phrase()} {self.what}{bought}"
 
     def test_text(self) -> str:
-        per_look = f" per look, {self.looks} looks" if self.looks > 1 else ""
-        return f"p={self.p_value:.2g} (one-sided Fisher, alpha {self.level:.2g}{per_look})"
+        at_look = f" at look {self.look} of {self.looks}" if self.looks > 1 else ""
+        return f"p={self.p_value:.2g} (one-sided Fisher, alpha {self.level:.2g}{at_look})"
 
     def sentence(self) -> str:
         head = f"candidate {self.candidate.phrase()} {self.what} {self.where}"
@@ -174,7 +192,8 @@ class LoadComparison:
     def as_details(self) -> dict[str, Any]:
         return {"what": self.what, "where": self.where, "candidate": self.candidate.phrase(),
                 "baseline": self.baseline.phrase() if self.baseline else None, "p_value": self.p_value,
-                "alpha": self.alpha, "looks": self.looks, "alpha_per_look": self.level, "charged": self.charged,
+                "alpha": self.alpha, "looks": self.looks, "look": self.look,
+                "alpha_by_look": list(look_levels(self.alpha, self.looks)), "charged": self.charged,
                 "too_small": self.too_small,
                 "baseline_failed": list(self.baseline.failed) if self.baseline else [],
                 "bought": self.purchase.as_details() if self.purchase else None, "sentence": self.sentence()}
@@ -254,7 +273,7 @@ def buy(comparison: LoadComparison, top_up: TopUp, *, baseline, references) -> L
         theirs = top_up.probe(baseline, references, rounds)
         requests += top_up.requests
         comparison = replace(comparison, candidate=comparison.candidate.plus(mine),
-                             baseline=comparison.baseline.plus(theirs))
+                             baseline=comparison.baseline.plus(theirs), look=rounds + 1)
         stopped = why_stop(comparison, rounds, top_up)
         if not stopped and not (mine.n and theirs.n):
             stopped = "a round brought no evidence (its requests failed)"
@@ -274,7 +293,7 @@ def why_stop(comparison: LoadComparison, rounds: int, top_up: TopUp) -> str:
     if candidate.k == 0:
         return "nothing to judge"
     if comparison.charged:
-        return f"the excess test rejected at look {rounds + 1}"
+        return f"the excess test rejected at look {comparison.look}"
     if baseline.k and candidate.rate <= baseline.rate:
         return "the candidate's rate does not exceed the baseline's"
     if rounds >= rounds_allowed(top_up):

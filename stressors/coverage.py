@@ -88,10 +88,13 @@ class LoadWitness:
             return None
         return slots if isinstance(slots, int) and not isinstance(slots, bool) else None
 
-    def cover(self, findings, check: str, *, could_detect: str, counts: dict | None = None, part: str = "") -> bool:
+    def cover(self, findings, check: str, *, could_detect: str, counts: dict | None = None, part: str = "",
+              weakly: str = "") -> bool:
         """Record the coverage row (of `part`, when the check has several); `counts` adds the stressor's own
-        tallies to what ran."""
+        tallies to what ran; `weakly`: why a load that did stress could still show little (then not verified)."""
         verified, why, ran = self.verdict()
+        if verified and weakly:
+            verified, why = False, weakly
         findings.cover(check, self.handle.name, verified=verified, ran={**ran, **(counts or {})},
                        could_detect=f"{could_detect} ({why})" if verified else could_detect,
                        reason="" if verified else why, part=part)

@@ -21,9 +21,9 @@ import pytest
 import spec_route_suite.stressors.test_batch_invariance as invariance_tests
 from spec_route_suite.routes.base import Capabilities, Completion, Request, RouteWrapper
 from spec_route_suite.stressors.canary import build_workload, serial_references
-from spec_route_suite.stressors.control import (EXACT_PART, MAX_EXTRA_REQUESTS, MAX_ROUNDS, NO_LOAD_CONTROL,
-                                                TOO_SMALL, Count, LoadComparison, LoadControl, TopUp, differing,
-                                                record)
+from spec_route_suite.stressors.control import (EXACT_PART, FIRST_LOOK_SHARE, MAX_EXTRA_REQUESTS, MAX_ROUNDS,
+                                                NO_LOAD_CONTROL, TOO_SMALL, Count, LoadComparison, LoadControl, TopUp,
+                                                differing, record)
 from spec_route_suite.stressors.driver import LoadRun, Outcome, budget_for
 from test_greedy_routes import Sink, handle
 from test_stressors_fakes import CharTokenizer, OracleRoute
@@ -34,9 +34,9 @@ BASELINE = SimpleNamespace(name="baseline", capabilities=Capabilities(concurrenc
 CANDIDATE = SimpleNamespace(name="candidate")
 
 
-def comparison(candidate: Count, baseline: Count | None, looks: int = 1) -> LoadComparison:
+def comparison(candidate: Count, baseline: Count | None, looks: int = 1, look: int = 1) -> LoadComparison:
     return LoadComparison(what="differ", candidate=candidate, baseline=baseline, where="at c=32", alpha=ALPHA,
-                          looks=looks)
+                          looks=looks, look=look)
 
 
 def rates(candidate_rate: float, baseline_rate: float, *, per_round: int = 4, seed: int = 0):
@@ -68,10 +68,15 @@ def test_a_clean_control_too_small_to_tell_charges_nothing():
     assert not quiet.charged and quiet.judged and not quiet.too_small
 
 
-def test_each_look_tests_at_alpha_over_the_looks():
-    """p = 0.0048 for 8 of 64 against 0 of 64 (hypergeometric): charged at one look, not at alpha/4 each."""
+def test_the_first_look_spends_most_of_alpha_and_the_bought_rounds_the_rest():
+    """p = 0.0048 for 8 of 64 against 0 of 64 (hypergeometric): charged at one look, and at the first of four (its
+    level 0.8 alpha), not at a bought round's (the other fifth of alpha over the 3 rounds)."""
     assert comparison(Count(8, 64), Count(0, 64)).charged
-    assert not comparison(Count(8, 64), Count(0, 64), looks=1 + MAX_ROUNDS).charged
+    assert comparison(Count(8, 64), Count(0, 64), looks=1 + MAX_ROUNDS).charged
+    for look in range(2, 2 + MAX_ROUNDS):
+        bought = comparison(Count(8, 64), Count(0, 64), looks=1 + MAX_ROUNDS, look=look)
+        assert not bought.charged, bought.sentence()
+        assert bought.level == pytest.approx(ALPHA * (1 - FIRST_LOOK_SHARE) / MAX_ROUNDS)
 
 
 def test_record_a_control_too_small_is_not_verified_and_never_a_bug():
@@ -108,7 +113,8 @@ def test_a_real_excess_is_charged_after_buying():
     probe, _ = rates(0.6, 0.0, per_round=16)
     c = control_compare(probe, mine=Count(1, 4), theirs=Count(0, 4), requests=16)
     assert c.charged and c.purchase.rounds >= 1 and c.purchase.stopped.startswith("the excess test rejected")
-    assert c.p_value < ALPHA / (1 + MAX_ROUNDS)
+    assert c.look == 1 + c.purchase.rounds and c.p_value < c.level
+    assert c.level == pytest.approx(ALPHA * (1 - FIRST_LOOK_SHARE) / MAX_ROUNDS)
 
 
 def test_what_is_bought_is_bounded():

@@ -6,6 +6,9 @@ the same gap makes it an engine note, the baseline's stream carrying every id ma
 drops what its engine delivers), a baseline that cannot stream leaves the `ids` part "not verified" (why); a text
 difference still fails. The accounting rules (usage on the stream) with the reference engine's usage_counts_stop quirk: on
 both routes an engine note, on the candidate only a finding quoting the baseline's stream of the request.
+A difference the baseline's stream shows too excuses the candidate's only when it is the same one at the same place
+(issue #42): a baseline differing in finish_reason only does not excuse a duplicated token, nor a duplication, ids
+skipped or an id gap at other places than the baseline's.
 """
 from __future__ import annotations
 
@@ -13,9 +16,12 @@ from dataclasses import replace
 
 import pytest
 
-from spec_route_suite.routes.base import Completion
+from spec_route_suite.routes.base import Completion, Request
+from spec_route_suite.routes.registry import build_route
+from spec_route_suite.routes.spec import spec_from_table
 from spec_route_suite.routes.textlevel import retokenize
-from tests.test_greedy_routes import Rewired, Sink, handle, prompts, reference_route, tokenizer
+from tests.test_greedy_routes import (MODELS, Rewired, Sink, fitted_prompts, handle, prompts, reference_route,
+                                      suite_config, tokenizer)
 from tests.test_greedy_streaming import run_stream
 
 GAP = "the stream's logprob entries covered 2 of 18 tokens"
@@ -185,3 +191,105 @@ def test_a_stream_that_differs_as_the_baselines_own_stream_does_is_an_engine_not
     failure, found = run_stream(prompt, candidate, True, baseline=handle(engines["plain"], "baseline"))
     assert failure and "text differs" in failure
     assert [f for f in found if f.severity == "bug" and "different answer" in f.title]
+
+
+# ---------------------------------------------------------------- the same difference, at the same place (issue #42)
+def excused(found) -> set[str]:
+    """The rules of the engine notes that excuse a stream difference (a usage note is the accounting rules')."""
+    return {f.details["rule"] for f in found if f.severity == "engine"} & {"stream_text", "ids"}
+
+
+def with_finish_flipped(req, c: Completion) -> Completion:
+    """A stream that differs from the plain answer in its finish_reason only."""
+    return replace(c, finish_reason="length" if c.finish_reason == "stop" else "stop") if req.stream else c
+
+
+def duplicating(position: int):
+    """A stream that repeats the token at `position` (a speculative step's token emitted twice), ids and text."""
+    def damage(req, c: Completion) -> Completion:
+        if not req.stream:
+            return c
+        ids = c.token_ids[:position + 1] + c.token_ids[position:]
+        text = tokenizer().decode(list(ids), skip_special_tokens=True)
+        assert text != c.text, "the duplicated token must show in the text"
+        return replace(c, token_ids=ids, text=text)
+    return damage
+
+
+def test_a_baselines_finish_reason_difference_does_not_excuse_a_duplicated_token(engines):
+    """The audit's proof: the baseline's stream differs from its plain answer in finish_reason only; the candidate's
+    repeats a token mid-answer. Before, any difference on the baseline made it an engine note; now the candidate is
+    judged (a bug), and the same duplication on both streams, at the same place, is the engine's note."""
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(Rewired(engines["plain"], completion=duplicating(3)), "candidate")
+    failure, found = run_stream(prompt, candidate,
+                                baseline=handle(Rewired(engines["plain"], completion=with_finish_flipped), "baseline"))
+    assert failure and "token ids differ" in failure and "text differs" in failure, failure
+    assert [f for f in found if f.severity == "bug" and "different answer" in f.title] and not excused(found)
+    sink = Sink()
+    failure, found = run_stream(prompt, candidate, sink=sink,
+                                baseline=handle(Rewired(engines["plain"], completion=duplicating(3)), "baseline"))
+    assert failure is None and not [f for f in found if f.severity == "bug"], failure
+    assert excused(found) == {"stream_text"}
+
+
+def test_a_duplicated_token_at_another_place_than_the_baselines_is_judged(engines):
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(Rewired(engines["plain"], completion=duplicating(3)), "candidate")
+    failure, found = run_stream(prompt, candidate,
+                                baseline=handle(Rewired(engines["plain"], completion=duplicating(6)), "baseline"))
+    assert failure and "text differs" in failure, failure
+    assert [f for f in found if f.severity == "bug"] and not excused(found)
+
+
+def test_stream_ids_skipped_at_another_place_than_the_baselines_are_judged(engines):
+    """The same id left out of both streams, at two places of the answer where it occurs: not the same difference
+    (before, the ids compared without their places, and the candidate's was excused)."""
+    prompt = prompts(("math",), 1)[0]
+    plain = handle(engines["plain"], "baseline").generate(
+        Request(prompt_ids=fitted_prompts().ids(prompt), max_tokens=suite_config().max_new_tokens,
+                temperature=0.0, request_id=f"stream-{prompt.id}"))
+    ids = list(plain.token_ids)
+    first = next(i for i, t in enumerate(ids) if ids.count(t) > 1)
+    second = ids.index(ids[first], first + 1)
+    candidate = handle(Rewired(engines["plain"], completion=without_ids_at((second,))), "candidate")
+    failure, found = run_stream(prompt, candidate,
+                                baseline=handle(Rewired(engines["plain"], completion=without_ids_at((first,))),
+                                                "baseline"))
+    assert failure and "token ids differ" in failure, failure
+    assert [f for f in found if f.severity == "bug"] and not excused(found)
+
+
+def stating(positions: tuple[int, ...]):
+    """The streamed answer as the OpenAI adapter parses a stream whose logprob entries, where its ids are, cover the
+    tokens at `positions` only (llama.cpp's draft-simple streams carry entries only for tokens sampled outside
+    draft verification): text-level, the gap named."""
+    route = build_route(spec_from_table("gapped", {"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                                   "model": "m", "tokenizer": str(MODELS / "target")}, base=MODELS))
+
+    def parse(req, c: Completion) -> Completion:
+        if not req.stream:
+            return c
+        kept = [c.token_ids[i] for i in positions]
+        entries = {"tokens": [f"token_id:{t}" for t in kept], "token_logprobs": [-0.5] * len(kept),
+                   "top_logprobs": [{}] * len(kept)}
+        body = {"choices": [{"text": c.text, "index": 0, "finish_reason": c.finish_reason, "logprobs": entries}],
+                "usage": {"completion_tokens": c.usage_completion_tokens}}
+        return replace(route.parse_completion(body, req), route=c.route)
+    return parse
+
+
+def test_an_id_gap_at_other_places_than_the_baselines_is_judged(engines):
+    """Both streams' logprob entries cover two tokens of the answer, other ones on each: the candidate's gap is not
+    the baseline's (before, any gap on the baseline's stream excused any on the candidate's); the same two on both
+    are the engine's note."""
+    prompt = prompts(("math",), 1)[0]
+    candidate = handle(Rewired(engines["plain"], completion=stating((0, 1))), "candidate")
+    failure, found = run_stream(prompt, candidate,
+                                baseline=handle(Rewired(engines["plain"], completion=stating((2, 3))), "baseline"))
+    assert failure and "leaves out other ids" in failure, failure
+    (bug,) = [f for f in found if f.severity == "bug"]
+    assert bug.details["rule"] == "ids" and not excused(found)
+    failure, found = run_stream(prompt, candidate,
+                                baseline=handle(Rewired(engines["plain"], completion=stating((0, 1))), "baseline"))
+    assert failure is None and excused(found) == {"ids"}, failure
