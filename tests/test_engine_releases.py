@@ -116,3 +116,8 @@ def test_a_vllm_release_gets_its_own_venv_and_its_flags_are_checked(cache):
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     with pytest.raises(ConfigError, match=r"vLLM for CPU 0.31.1 does not know --async-scheduling"):
         server_set.servers[0].command(python)
+
+
+def test_the_nightly_override_wins_over_the_routes_file(cache, monkeypatch):
+    monkeypatch.setenv("SPEC_SUITE_ENGINE_VERSION", "0.3.35")
+    assert llama_set("0.3.36", {}).version == "0.3.35" and llama_set("0.3.36", {}).home == cache / "llama.cpp" / "0.3.35"
