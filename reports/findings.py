@@ -14,6 +14,14 @@ from typing import Any
 # the engine, shown in the report; it fails no route and is no finding about the baseline
 SEVERITIES = ("bug", "error", "warning", "near-tie", "engine", "info")
 FINDING_PROPERTY = "spec_suite_finding"
+# The cause a load stressor names (details["cause"]) on an answer that differs under concurrent load from the same
+# route's answer alone: one fault under load (a request answered in another's context, batch-dependent numerics,
+# state left by hung-up clients) shows in every stressor, attributed to a source request or not, and is one root
+# cause with one issue file (reports/clusters.py).
+UNDER_LOAD = "answers under concurrent load differ from the same requests answered alone"
+# The error kind of a check's own health probe that went unanswered (or said false) after its load: with timeouts
+# and a route found hung, one cause, "the server stopped answering" (reports/server_words.py).
+UNHEALTHY = "unhealthy"
 MEASURE_PROPERTY = "spec_suite_measure"
 
 
