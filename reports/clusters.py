@@ -7,15 +7,21 @@ the greedy and feature checks and the n-choice usage checks. A maintainer wants 
 check it broke ("77 findings in boundary, features, distribution, chat"), not 28. A cause is, in order:
 - a route error's cause in the server's words (reports/server_words.py: its status and message with numbers and
   ids taken out, or one cause per kind of silence), whichever check met it;
-- a bug whose check names its cause (`details["cause"]`), across checks: an answer that differs under concurrent
-  load from the same request alone (reports/findings.py UNDER_LOAD: mixing attributed or not, untrustworthy serial
-  references, accuracy flips, batch-composition and KV-pressure differences, hung-up clients' neighbours), or
-  stream token ids the baseline carries and the candidate drops, seen by the streaming and the chat checks alike;
 - a bug whose answers show a shape (reports/shapes.py: how the answer ended, e.g. "ends before max_tokens while
   usage counts tokens never returned"), across checks;
-- otherwise the check and the finding's signature: its title with what varies per request taken out (its prompt
-  id, the request id in an error, quoted text, numbers other than an HTTP status), unless the check states one
-  (`details["signature"]`): the same first-split pattern, the same broken rule.
+- a bug whose check names its cause (`details["cause"]`), across checks: an answer that differs under concurrent
+  load from the same request alone (reports/findings.py UNDER_LOAD: mixing attributed or not, untrustworthy serial
+  references, accuracy flips, batch-composition and KV-pressure differences, hung-up clients' neighbours; load
+  findings carry no answers that show a shape), a greedy answer that diverges from the baseline's beyond a
+  near-tie (DIVERGES: the greedy and chat checks alike), or stream token ids the baseline carries and the
+  candidate drops, seen by the streaming and the chat checks alike;
+- otherwise a bug's check and the test function that found it, whatever its parameters: one test is one mechanism
+  (the penalties' test for frequency, presence and repetition penalties alike, the structured-output test for
+  json_object and json_schema, logit_bias raised or lowered), so one fault of it is one cause;
+- otherwise (a warning, a near-tie, a finding of no test) the check and the finding's signature: its title with
+  what varies per request taken out (its prompt id, the request id in an error, quoted text, signed numbers other
+  than an HTTP status), unless the check states one (`details["signature"]`): the same first-split pattern, the
+  same broken rule.
 Engine notes and info lines are not clustered (the summary lists engine behaviour apart; info is context). Which
 clusters become issue files is reports/filing.py's rule.
 Environment: none.
@@ -44,7 +50,7 @@ def signature(finding: dict[str, Any]) -> str:
         text = text.replace(str(finding["prompt_id"]), "<prompt>")
     text = re.sub(r"\[[^\]]*\]", "[...]", text)                       # an error's [route request id]
     text = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "'...'", text)         # quoted answers and names
-    text = re.sub(r"(?<!HTTP )(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?", "N", text)
+    text = re.sub(r"(?<!HTTP )(?<![A-Za-z_])[-+]?\d+(\.\d+)?(e-?\d+)?", "N", text)
     return re.sub(r"\s+", " ", text).strip()[:300]
 
 
@@ -60,13 +66,21 @@ def cause_of(finding: dict[str, Any]) -> tuple[str, str, str]:
     if finding.get("severity") == "error":
         return "", cause_of_error(finding), ""
     if finding.get("severity") == "bug":
-        cause = (finding.get("details") or {}).get("cause")
-        if cause:   # a cause the check names as crossing checks (under load; a capability dropped on any shape)
-            return "", str(cause), ""
         shape = shape_of(finding)
         if shape is not None:
             return "", f"answer shape: {shape.phrase}", shape.key
+        cause = (finding.get("details") or {}).get("cause")
+        if cause:   # a cause the check names as crossing checks (under load, a divergence, a dropped capability)
+            return "", str(cause), ""
+        if test_function(finding) and not (finding.get("details") or {}).get("signature"):
+            return finding["check"], f"found by {test_function(finding)}", ""
     return finding["check"], signature(finding), ""
+
+
+def test_function(finding: dict[str, Any]) -> str:
+    """The test function that recorded the finding, without its parameters ("" when it names none)."""
+    nodeid = str(finding.get("test_id") or "")
+    return nodeid.rsplit("::", 1)[-1].split("[", 1)[0] if "::" in nodeid else ""
 
 
 def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[str, Any]] = (),
@@ -101,19 +115,19 @@ def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[st
 
 
 def _title(first: dict[str, Any], sig: str, shape: str, per_check: Sequence[dict[str, Any]]) -> str:
-    """The cause in words, and the checks that saw it when more than one did: an answer shape's phrase; a route
-    error's server message as the first finding got it (status and words, not normalised), or its kind of silence
-    with the first finding's title; a named cause with the first finding's title; or the first finding's title."""
+    """The cause in words, with the checks that saw it when it crosses checks: an answer shape's phrase or a cause
+    the check names (always with its checks); a route error's server message as the first finding got it (status
+    and words, not normalised), or its kind of silence with the first finding's title; else the first finding's
+    title."""
     title = first["title"]
-    if shape:
+    named = shape or (first["severity"] == "bug" and (first.get("details") or {}).get("cause"))
+    if named:
         head = sig.removeprefix("answer shape: ")
     elif first["severity"] == "error":
         head = server_words(first) or (f"{sig}; first: {title}" if sig in SILENCES else title)
-    elif (first.get("details") or {}).get("cause") and not title.startswith(sig):
-        head = f"{sig}; e.g. {title}"
     else:
         head = title
-    return f"{head[:300]} ({_checks_phrase(per_check)})" if shape or len(per_check) > 1 else head[:300]
+    return f"{head[:300]} ({_checks_phrase(per_check)})" if named or len(per_check) > 1 else head[:300]
 
 
 def _per_check(findings: Sequence[dict[str, Any]], members: Sequence[int], *, tests: Sequence[dict[str, Any]],

@@ -7,7 +7,8 @@ is filed when it is a candidate's bug or route error (reports/clusters.py: one c
 baseline does not show; otherwise `why_not_filed` says why, and the summary shows that instead of a file:
 - warnings and near-ties are the suite's statements about its evidence (weak power, a numerical near-tie), not bugs;
 - a finding about the baseline (or no route) judges the reference, not the candidate's engine;
-- a cause the baseline shows too (the same answer shape, the same server words) is engine behaviour on both routes;
+- a cause the baseline shows too (the same answer shape, the same server words) is engine behaviour on both routes
+  (a check's other bugs already exclude what the baseline does on the same request);
 - "cannot connect" from a route that answered nothing in the whole run is the client's configuration (a wrong URL,
   a server not started), not an engine bug; after the route had answered, it is the server going away, and filed.
 Environment: none.
@@ -51,6 +52,7 @@ def why_not_filed(cluster: dict[str, Any], report: dict[str, Any], clusters: Seq
     if cluster["signature"] == REFUSED and not answered(report, cluster["route"]):
         return ("client-side: the suite could not connect and the route answered nothing in this run (a "
                 "configuration problem: its URL, port or server start)")
-    if any(c["route"] == baseline and cause_key(c) == cause_key(cluster) for c in clusters):
+    comparable = cluster["severity"] == "error" or cluster.get("shape")   # a check judges its bugs beside the baseline
+    if comparable and any(c["route"] == baseline and cause_key(c) == cause_key(cluster) for c in clusters):
         return f"the baseline `{baseline}` shows the same cause: engine behaviour on both routes, not speculation's"
     return ""

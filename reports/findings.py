@@ -19,6 +19,9 @@ FINDING_PROPERTY = "spec_suite_finding"
 # state left by hung-up clients) shows in every stressor, attributed to a source request or not, and is one root
 # cause with one issue file (reports/clusters.py).
 UNDER_LOAD = "answers under concurrent load differ from the same requests answered alone"
+# The cause the greedy judge names on a greedy answer that diverges from the baseline's beyond a near-tie, in the
+# greedy check and the chat check alike (one fault of the verifier's bookkeeping diverges on plain and chat prompts).
+DIVERGES = "greedy answers diverge from the baseline's beyond a near-tie"
 # The error kind of a check's own health probe that went unanswered (or said false) after its load: with timeouts
 # and a route found hung, one cause, "the server stopped answering" (reports/server_words.py).
 UNHEALTHY = "unhealthy"

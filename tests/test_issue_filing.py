@@ -277,3 +277,35 @@ def test_server_and_client_are_apart_and_a_managed_servers_log_is_attached(tmp_p
     assert "llama-server -m t.gguf --spec-type draft-simple" in text
     assert "### Operating systems\n\nPlantedOS (the suite started the server" in text
     assert "planted cpu, 2 cores (the machine the suite started the server on)" in text
+
+
+def test_a_run_against_closed_ports_writes_no_issue_file(tmp_path):
+    """End to end (a real run, the greedy check on one prompt): both routes' ports are closed; the run records its
+    route errors and writes its folder, and no issue file ("cannot connect" before any answer is configuration)."""
+    from spec_route_suite.routes.spec import EMBEDDED_MODELS
+    from tests.mutation import run_route_suite
+
+    def closed(port: int) -> str:
+        return f"openai:http://127.0.0.1:{port}/v1?model=m&tokenizer={EMBEDDED_MODELS / 'target'}&timeout=5"
+    result = run_route_suite({"cand": closed(10)}, ["--prompt-limit", "1", "--categories", "math"], tmp_path,
+                             paths=["equivalence/test_greedy.py"], baseline_uri=closed(9), timeout_s=600)
+    report = result.report
+    assert report and [f for f in report["findings"] if f["severity"] == "error"], result.describe()
+    assert all(c["signature"] == REFUSED for c in report["clusters"]), report["clusters"]
+    assert report["issue_files"] == [] and not (result.run_dir / "issues").exists(), report["clusters"]
+
+
+def test_one_test_is_one_mechanism_whatever_its_parameters(tmp_path):
+    """penalty_bonus_only broke three penalties of one test (three files by title before); logit_bias raised and
+    lowered ("-10" and "+10") is one test too; a fault of another test stays apart."""
+    def feature_bug(test: str, title: str) -> dict:
+        return as_record(Finding(check="features", severity="bug", route=CANDIDATE, title=title),
+                         test_id=f"equivalence/test_features.py::{test}")
+    penalties = [feature_bug(f"test_penalty_acts_and_matches[dflash2-{name}]",
+                             f"{name}: greedy output with the feature diverges from the baseline at token {n} ({v})")
+                 for name, n, v in (("frequency_penalty", 27, "bug"), ("presence_penalty", 27, "bug"),
+                                    ("repetition_penalty", 13, "unclassified"))]
+    bias = [feature_bug(f"test_logit_bias_acts_and_matches[dflash2-{d}]", f"logit_bias: route 'dflash2' accepts the "
+                        f"feature but it did not act: token 314 (logit_bias {d}10)") for d in "-+"]
+    clusters, written = filed(tmp_path, report_for([*penalties, *bias]))
+    assert sorted(c["count"] for c in clusters) == [2, 3] and len(written) == 2
