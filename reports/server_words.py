@@ -47,7 +47,8 @@ def error_text(finding: dict[str, Any]) -> tuple[str, str]:
 
 
 def normalise(message: str) -> str:
-    """The message with what varies per request taken out: ids, hex and numbers become N; whitespace collapsed."""
+    """The message with what varies per request taken out: ids and long hex become <id>, numbers N; whitespace
+    collapsed."""
     text = re.sub(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<id>", message, flags=re.I)
     text = re.sub(r"\b(?:chatcmpl|cmpl|req|request|resp)[-_][\w-]+", "<id>", text, flags=re.I)
     text = re.sub(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b", "<id>", text, flags=re.I)

@@ -309,3 +309,40 @@ def test_one_test_is_one_mechanism_whatever_its_parameters(tmp_path):
                         f"feature but it did not act: token 314 (logit_bias {d}10)") for d in "-+"]
     clusters, written = filed(tmp_path, report_for([*penalties, *bias]))
     assert sorted(c["count"] for c in clusters) == [2, 3] and len(written) == 2
+
+
+class Answering:
+    """A route that answers every turn with the same tokens."""
+
+    def __init__(self, name: str, ids: tuple[int, ...]):
+        self.name, self.ids = name, ids
+
+    async def generate(self, req):
+        from spec_route_suite.routes.base import Completion
+        return Completion(token_ids=self.ids, text="It is sunny.", finish_reason="stop", route=self.name)
+
+
+@pytest.mark.parametrize("alone_ids, cause", [((5, 6), UNDER_LOAD), ((7, 8), None)], ids=["load", "not-load"])
+def test_a_concurrent_session_turn_is_under_load_only_when_the_candidate_alone_answers_otherwise(
+        monkeypatch, alone_ids, cause):
+    """A concurrent session turn that differs from the baseline's is named a load symptom (one file with the other
+    stressors') when the candidate's own session alone answered that turn otherwise; when it answers the same alone,
+    the difference is the candidate's on any traffic (the agentic check's own cause)."""
+    import asyncio
+    from types import SimpleNamespace
+    from spec_route_suite.fixtures.models import MODELS_DIR
+    from spec_route_suite.fixtures.prompts.agentic import session_plans
+    from spec_route_suite.stressors.sessions import SessionSettings, run_session
+    from spec_route_suite.stressors.test_agentic_sessions import _judge_transcripts
+    from spec_route_suite.tokenizers import load_tokenizer
+    settings = SessionSettings(tokenizer=load_tokenizer(str(MODELS_DIR / "pair2" / "target")), max_tokens=8,
+                               fits=lambda req: True, timeout_s=5.0)
+    plan = session_plans(1)[0]
+    reference, actual, alone = (asyncio.run(run_session(Answering(name, ids), plan, settings, tag=name, stream=False))
+                                for name, ids in (("baseline", (5, 6)), ("burst", (7, 8)), ("alone", alone_ids)))
+    seen = []
+    monkeypatch.setattr("spec_route_suite.equivalence.agentic.judge", lambda *a, **k: seen.append(k["cause"]) or "x")
+    ctx = dict(baseline=SimpleNamespace(name="baseline"), candidate=SimpleNamespace(name="cand"), findings=None)
+    _judge_transcripts(reference, actual, label="concurrent session turn", evidence=SimpleNamespace(add=lambda *a: 0),
+                       ctx=ctx, sent=[actual], alone=alone)
+    assert seen == [cause]
