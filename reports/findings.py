@@ -20,7 +20,8 @@ FINDING_PROPERTY = "spec_suite_finding"
 # cause with one issue file (reports/clusters.py).
 UNDER_LOAD = "answers under concurrent load differ from the same requests answered alone"
 # The cause the greedy judges name on a greedy answer that diverges from the baseline's beyond a near-tie, in the
-# greedy, chat and agentic checks alike (one fault of the verifier's bookkeeping diverges on every kind of prompt).
+# greedy, chat and agentic checks alike, and a boundary sweep whose answers only differ, breaking no boundary rule
+# (one fault of the verifier's bookkeeping diverges on every kind of prompt and request).
 DIVERGES = "greedy answers diverge from the baseline's beyond a near-tie"
 # The cause the stream check names on a streamed answer that differs from the same request's unstreamed one, in the
 # streaming check and the chat check's streams alike.

@@ -96,9 +96,9 @@ def server_hardware(report: dict[str, Any], name: str) -> str:
     return f"{UNKNOWN}: the server does not state it ({CHECK})"
 
 
-def server_version(report: dict[str, Any], name: str, ask: str) -> str:
+def server_version(report: dict[str, Any], name: str) -> str:
     stated = _stated(((report.get("inventories") or {}).get(name) or {}).get("version"))
-    return stated if stated != UNKNOWN else f"{UNKNOWN}: the server did not state its version ({CHECK}: {ask})"
+    return stated if stated != UNKNOWN else f"{UNKNOWN}: the server did not state its version ({CHECK}: its --version)"
 
 
 def models(report: dict[str, Any], name: str) -> str:

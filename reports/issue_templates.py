@@ -140,7 +140,7 @@ def llama_cpp_eval(d: dict[str, str]) -> str:
     return f"""{_llama_head(d)}
 ### GGML backends
 
-{d['backends']}
+unknown: the server does not state them ({CHECK}; llama-server logs them at start-up, its `system_info` line)
 
 ### Hardware
 

@@ -21,7 +21,7 @@ from spec_route_suite.reports.clusters import checks_of, frequency
 from spec_route_suite.reports.filing import answered, baseline_of, why_not_filed
 from spec_route_suite.reports.issue_environment import (environment, log_section, models, server_hardware, server_os,
                                                         server_version)
-from spec_route_suite.reports.issue_templates import CHECK, fence, template_for
+from spec_route_suite.reports.issue_templates import fence, template_for
 from spec_route_suite.reports.repro import engine_of, slug
 from spec_route_suite.reports.server_words import REFUSED, server_words
 
@@ -164,10 +164,8 @@ def render_issue(run_dir: Path, report: dict[str, Any], cluster: dict[str, Any],
              "baseline_command": _launch(report, baseline, cluster.get("repro_routes")),
              "repro": _repro_section(run_dir, cluster), "evidence": _evidence(report, cluster),
              "found_by": _found_by(report), "log": log_section(report, route),
-             "version": server_version(report, route, "the server's --version"), "os": server_os(report, route),
-             "hardware": server_hardware(report, route), "models": models(report, route),
-             "backends": f"unknown: the server does not state them ({CHECK}; llama-server logs them at start-up, its "
-                         f"`system_info` line)"}
+             "version": server_version(report, route), "os": server_os(report, route),
+             "hardware": server_hardware(report, route), "models": models(report, route)}
     title = cluster["title"][:200]
     text = template.render(title, path, parts)
     shrink = (("evidence", lambda: parts["evidence"][:2000] + "\n\n(evidence cut to fit one issue: see report.json)"),
