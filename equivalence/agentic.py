@@ -221,8 +221,8 @@ def judge(expected: Completion, actual: Completion, *, req: Request, label: str,
         title = (f"agentic {label} of {prompt_id}: output tokens diverge from the baseline at token "
                  f"{divergence.position} ({verdict.verdict})")
         _record(findings, title, "near-tie" if excused else "bug", req, expected, actual, baseline, candidate, prompt_id,
-                history, diff=divergence.diff() + f"\n  classification: {verdict.summary()}", cause=cause or DIVERGES,
-                divergence=dataclasses.asdict(divergence), classification=verdict.to_details())
+                history, diff=divergence.diff() + f"\n  classification: {verdict.summary()}",
+                divergence=dataclasses.asdict(divergence), classification=verdict.to_details(), cause=cause or DIVERGES)
         return None if excused else title
     diffs = differences(expected, actual)
     if not diffs:

@@ -135,7 +135,8 @@ def _summary(report: dict[str, Any], cluster: dict[str, Any], baseline: str | No
         earlier = (f" It had answered {answered(report, route)} request(s) in this run before."
                    if cluster["signature"] == REFUSED else "")
         lead = (f"Route `{route}` fails requests in the {named}, whichever check sends them: {how_often}. The "
-                f"baseline `{baseline}` (the same requests without speculation: the control) does not fail them.{earlier}")
+                f"baseline `{baseline}` (the same requests without speculation: the control) does not fail them."
+                f"{earlier}")
     else:
         lead = (f"Route `{route}` fails the {named} against its baseline `{baseline}` ({cluster['severity']}): "
                 f"{how_often}. The baseline answers the same requests without speculation (the control); what it does "

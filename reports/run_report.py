@@ -5,6 +5,7 @@ import os
 import platform
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, Sequence
 
 from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_leads, speculation_problems,
@@ -135,12 +136,11 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
 def client_machine() -> dict[str, Any]:
     """The machine the suite ran on (the client): an issue tells it apart from the server's, which only the
     server's own statements (or the suite having started it here) describe."""
-    cpu = ""
     try:
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                     if line.startswith("model name")), "")
     except OSError:
-        pass
+        cpu = ""
     return {"os": platform.platform(), "system": platform.system(), "machine": platform.machine(),
             "cpu": f"{cpu or platform.processor() or 'unknown cpu'}, {os.cpu_count()} cores",
             "python": platform.python_version()}

@@ -14,9 +14,9 @@ the token lists a parity finding carries, then the rule details of equivalence/r
 diff (a usage count against the tokens returned, an n-choice usage against the choices' sum, tokens past a stop
 the baseline honoured on the same request); the first source whose answers show a shape, else the first that
 shows any (a sweep's first case can end where the baseline's does, with only its finish_reason wrong, while its
-next cases run past the stop); none from a text-level comparison (token counts re-derived from text). A shape is named only from facts an answer shows; a
-finding whose answers show none (a divergence mid-answer, a wrong logprob) has no shape and is clustered by its
-check and title. Environment: none.
+next cases run past the stop); none from a text-level comparison (token counts re-derived from text). A shape is
+named only from facts an answer shows; a finding whose answers show none (a divergence mid-answer, a wrong
+logprob) has no shape and is clustered by its check and title. Environment: none.
 """
 from __future__ import annotations
 
@@ -164,8 +164,8 @@ def _rule_details(details: dict[str, Any]) -> Iterator[Observation]:
         yield Observation(max_tokens=limit, past_baseline_stop=True)
 
 
-PAST_STOP_LINE = re.compile(r"\d+ token\(s\) after the stop condition completed at token \d+.*\(baseline, same request: "
-                            r"honours every rule checked\)")
+PAST_STOP_LINE = re.compile(r"\d+ token\(s\) after the stop condition completed at token \d+.*"
+                            r"\(baseline, same request: honours every rule checked\)")
 USAGE_LINE = re.compile(r"usage\.completion_tokens=(\d+) but (\d+) tokens returned")
 N_USAGE_LINE = re.compile(r"usage says (\d+) completion tokens for (\d+) in (\d+) choices")
 
