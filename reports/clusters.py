@@ -102,10 +102,11 @@ def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[st
         members = sorted(members, key=lambda i: ([c["check"] for c in per_check].index(findings[i]["check"]), i))
         first = findings[members[0]]
         prompts = list(dict.fromkeys(findings[i].get("prompt_id") for i in members if findings[i].get("prompt_id")))
+        cause, title = _titles(first, sig, shape, per_check)
         clusters.append({
             "id": number, "check": main["check"], "checks": per_check, "route": route,
             "severity": first["severity"], "kind": kind_of(first), "signature": sig, "shape": shape or None,
-            "count": len(members), "findings": members, "title": _title(first, sig, shape, per_check),
+            "count": len(members), "findings": members, "cause": cause, "title": title,
             "prompts": prompts[:EXAMPLES], "prompts_total": len(prompts),
             "tests": list(dict.fromkeys(findings[i].get("test_id", "") for i in members))[:EXAMPLES],
             "tests_total": len({findings[i].get("test_id", "") for i in members}),
@@ -114,11 +115,12 @@ def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[st
     return clusters
 
 
-def _title(first: dict[str, Any], sig: str, shape: str, per_check: Sequence[dict[str, Any]]) -> str:
-    """The cause in words, with the checks that saw it when it crosses checks: an answer shape's phrase or a cause
-    the check names (always with its checks); a route error's server message as the first finding got it (status
-    and words, not normalised), or its kind of silence with the first finding's title; else the first finding's
-    title."""
+def _titles(first: dict[str, Any], sig: str, shape: str, per_check: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """(cause, title): the cause in words, with the checks that saw it when it crosses checks (an issue's title), and
+    the same with the first finding's title as an example where that says more (the summary's line). An answer
+    shape's phrase or a cause the check names, always with its checks; a route error's server message as the first
+    finding got it (status and words, not normalised), or its kind of silence with the first finding's title; else
+    the first finding's title."""
     title = first["title"]
     named = shape or (first["severity"] == "bug" and (first.get("details") or {}).get("cause"))
     if named:
@@ -127,7 +129,8 @@ def _title(first: dict[str, Any], sig: str, shape: str, per_check: Sequence[dict
         head = server_words(first) or (f"{sig}; first: {title}" if sig in SILENCES else title)
     else:
         head = title
-    return f"{head[:300]} ({_checks_phrase(per_check)})" if named or len(per_check) > 1 else head[:300]
+    cause = f"{head[:300]} ({_checks_phrase(per_check)})" if named or len(per_check) > 1 else head[:300]
+    return cause, (f"{cause}; e.g. {title}"[:500] if named and not title.startswith(head) else cause)
 
 
 def _per_check(findings: Sequence[dict[str, Any]], members: Sequence[int], *, tests: Sequence[dict[str, Any]],

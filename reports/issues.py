@@ -167,7 +167,7 @@ def render_issue(run_dir: Path, report: dict[str, Any], cluster: dict[str, Any],
              "found_by": _found_by(report), "log": log_section(report, route),
              "version": server_version(report, route), "os": server_os(report, route),
              "hardware": server_hardware(report, route), "models": models(report, route)}
-    title = cluster["title"][:200]
+    title = (cluster.get("cause") or cluster["title"])[:200]
     text = template.render(title, path, parts)
     shrink = (("evidence", lambda: parts["evidence"][:2000] + "\n\n(evidence cut to fit one issue: see report.json)"),
               ("repro", lambda: _repro_section(run_dir, cluster, curl=False)),

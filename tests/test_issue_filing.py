@@ -131,8 +131,8 @@ def test_a_run_without_a_candidate_finding_writes_no_issue_file_and_one_bug_writ
 def test_clusters_keep_the_fields_the_summary_reads(tmp_path):
     """id, severity, check and checks, route, count, title, issue, repro: the summary's findings table reads them."""
     clusters, _ = filed(tmp_path, report_for([load_failure(s, [http_400(f"r{s}")]) for s in STRESSORS[:2]]))
-    assert {"id", "severity", "check", "checks", "route", "count", "title", "issue", "repro", "not_filed"} <= set(
-        clusters[0]), clusters[0].keys()
+    assert {"id", "severity", "check", "checks", "route", "count", "cause", "title", "issue", "repro",
+            "not_filed"} <= set(clusters[0]), clusters[0].keys()
     assert [row["check"] for row in clusters[0]["checks"]] == list(STRESSORS[:2])
 
 
@@ -253,7 +253,8 @@ def test_each_engine_gets_its_template_its_repository_and_a_gh_line_ticking_noth
     command = next(line for line in comment.group(1).splitlines() if line.startswith("gh issue create"))
     argv = shlex.split(command)
     assert argv[argv.index("--repo") + 1] == repo and argv[argv.index("--body-file") + 1] == cluster["issue"]
-    assert argv[argv.index("--title") + 1] == prefix + cluster["title"][:200]
+    assert argv[argv.index("--title") + 1] == prefix + cluster["cause"][:200]
+    assert cluster["title"].startswith(cluster["cause"]) and "cross-request mixing" in cluster["title"]
     assert "[x]" not in text.lower() and CHECK in text
     if engine == "vllm":
         assert "- [ ] Make sure you already searched for relevant issues" in text
