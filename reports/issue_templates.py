@@ -242,14 +242,17 @@ VLLM = Template("vllm-project/vllm", "🐛 Bug report (400-bug-report.yml)", "[B
 LLAMA_EVAL = Template("ggml-org/llama.cpp", "Bug (model use) (011-bug-results.yml)", "Eval bug: ", llama_cpp_eval)
 LLAMA_MISC = Template("ggml-org/llama.cpp", "Bug (misc.) (019-bug-misc.yml)", "Misc. bug: ", llama_cpp_misc)
 SGLANG = Template("sgl-project/sglang", "🐞 Bug report (1-bug-report.yml)", "[Bug] ", sglang)
-# engines with no template here: their repository (None: the suite knows none), a plain bug report
-PLAIN_REPOS = {"tgi": "huggingface/text-generation-inference", "transformers": "huggingface/transformers"}
+TGI = Template("huggingface/text-generation-inference", "plain bug report", "Bug: ", generic)
+# keyed by the engine's one spelling (its flavour's `engine`, reports/repro.py engine_of): (wrong output, a server
+# error, hang or crash); llama.cpp files the first as an eval bug and the second as a misc. bug of llama-server
+TEMPLATES: dict[str, tuple[Template, Template]] = {"vllm": (VLLM, VLLM), "llama.cpp": (LLAMA_EVAL, LLAMA_MISC),
+                                                   "sglang": (SGLANG, SGLANG), "tgi": (TGI, TGI)}
+# the in-process routes' engines: transformers' assisted generation, and the suite's own reference engine (no upstream)
+IN_PROCESS_REPOS = {"transformers": "huggingface/transformers"}
 
 
 def template_for(engine: str, severity: str) -> Template:
-    """The engine's template for a finding of `severity`: llama.cpp files wrong output ("bug") as an eval bug and
-    a server error, hang or crash ("error") as a misc. bug of llama-server."""
-    if engine == "llama.cpp":
-        return LLAMA_EVAL if severity == "bug" else LLAMA_MISC
-    known = {"vllm": VLLM, "sglang": SGLANG}
-    return known.get(engine) or Template(PLAIN_REPOS.get(engine), "plain bug report", "Bug: ", generic)
+    """The engine's template for a finding of `severity` ("bug": wrong output; "error": the server failed)."""
+    if engine in TEMPLATES:
+        return TEMPLATES[engine][severity != "bug"]
+    return Template(IN_PROCESS_REPOS.get(engine), "plain bug report", "Bug: ", generic)
