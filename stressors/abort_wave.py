@@ -130,7 +130,8 @@ class AbortWave(CanaryStressor):
             findings.add(Finding(check=CHECK, severity="bug", route=candidate.name,
                                  title=f"{len(lines)} requests beside hung-up clients lost their serial output "
                                        f"({comparison.sentence()}): {lines[0]}",
-                                 details={"cause": UNDER_LOAD, "examples": lines[:10], "load_control": comparison.as_details(),
+                                 details={"cause": UNDER_LOAD, "examples": lines[:10],
+                                          "load_control": comparison.as_details(),
                                           "repro": self.windows.repro(self.report.mismatches[0].victim_request)}))
             self.problems.append(lines[0])
 

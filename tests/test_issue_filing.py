@@ -68,7 +68,8 @@ def load_bug(check: str, title: str, **details) -> dict:
 def report_for(findings: list[dict], *, engine: str = "vllm", **extra) -> dict:
     spec = {"kind": "openai", "base_url": "http://127.0.0.1:18001/v1", "model": "m"}
     return {"run_id": "run-41", "suite_version": "0.1.0", "command": "spec-route-suite", "findings": findings,
-            "tests": [], "config": {"baseline": {"name": BASELINE, **spec}, "candidates": [{"name": CANDIDATE, **spec}]},
+            "tests": [], "config": {"baseline": {"name": BASELINE, **spec},
+                                    "candidates": [{"name": CANDIDATE, **spec}]},
             "inventories": {name: {"engine": engine, "version": "9.9.9", "model": "target-model",
                                    "hardware": "unknown (remote server)"} for name in (BASELINE, CANDIDATE)},
             "client": {"os": "PlantedOS-41.0-x86_64", "system": "PlantedOS", "cpu": "planted cpu, 2 cores",
@@ -152,7 +153,8 @@ def test_one_http_400_met_by_six_stressors_is_one_file_quoting_the_servers_words
 
 def test_numbers_and_ids_vary_the_words_not_the_cause():
     words = [f"This model's maximum context length is {n} tokens (request chatcmpl-{h}, id {u})" for n, h, u in
-             ((4096, "9f3a", "1b4e28ba-2fa1-11d2-883f-0016d3cca427"), (512, "77c1", "6fa459ea-ee8a-3ca4-894e-db77e160355e"))]
+             ((4096, "9f3a", "1b4e28ba-2fa1-11d2-883f-0016d3cca427"),
+              (512, "77c1", "6fa459ea-ee8a-3ca4-894e-db77e160355e"))]
     assert len({normalise(w) for w in words}) == 1 and "'" not in normalise(words[0]).replace("model's", "")
     made = [as_record(Finding.from_route_error(RouteHTTPError(f"completion: HTTP 400: {w}", status=400, route="c",
                                                               request_id=f"greedy-math-0{i}"), check="greedy"))
