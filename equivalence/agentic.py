@@ -27,7 +27,7 @@ from spec_route_suite.fixtures.models import tools
 from spec_route_suite.routes.chat import ChatRenderError, as_openai, chat_request
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported, RouteError, RouteHTTPError
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import DIVERGES, PARSED_OTHERWISE, Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 
 CHECK = "agentic"
@@ -205,9 +205,11 @@ def answer(handle: Any, req: Request, findings, candidate: str, part: str) -> Co
 
 def judge(expected: Completion, actual: Completion, *, req: Request, label: str, prompt_id: str, baseline,
           candidate, tokenizer, suite_config, calibration, eos_token_id, findings,
-          history: Sequence[Request] = ()) -> str | None:
+          history: Sequence[Request] = (), cause: str | None = None) -> str | None:
     """Compare one answer pair; record a finding for a difference; the failure message (None: no failure).
-    `history`: the requests the candidate got just before this one, which its repro resends first."""
+    `history`: the requests the candidate got just before this one, which its repro resends first. The finding names
+    its cause (a divergence, the same tokens parsed otherwise) unless the caller knows a better one (`cause`: the
+    candidate's own answer alone differs too, so it differs under load)."""
     ids = bool(expected.token_ids) and bool(actual.token_ids) and not (expected.text_level or actual.text_level)
     if ids and expected.token_ids != actual.token_ids:
         divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
@@ -220,7 +222,7 @@ def judge(expected: Completion, actual: Completion, *, req: Request, label: str,
                  f"{divergence.position} ({verdict.verdict})")
         _record(findings, title, "near-tie" if excused else "bug", req, expected, actual, baseline, candidate, prompt_id,
                 history, diff=divergence.diff() + f"\n  classification: {verdict.summary()}",
-                divergence=dataclasses.asdict(divergence), classification=verdict.to_details())
+                divergence=dataclasses.asdict(divergence), classification=verdict.to_details(), cause=cause or DIVERGES)
         return None if excused else title
     diffs = differences(expected, actual)
     if not diffs:
@@ -230,7 +232,7 @@ def judge(expected: Completion, actual: Completion, *, req: Request, label: str,
     title = (f"agentic {label} of {prompt_id}: {fields} differ from the baseline"
              + (" on identical output tokens (the server's parsers)" if same else ""))
     _record(findings, title, "bug", req, expected, actual, baseline, candidate, prompt_id, history,
-            diff="\n".join(diffs))
+            diff="\n".join(diffs), **({"cause": cause or PARSED_OTHERWISE} if same or cause else {}))
     return title
 
 

@@ -156,6 +156,7 @@ class SweepResult:
     text_level: bool = False   # some answer came from a server without token ids
     baseline_problems: list[str] = field(default_factory=list)
     shared: list[str] = field(default_factory=list)
+    rules_broken: int = 0   # rules the candidate alone broke; 0 with problems: its answers only differ (a divergence)
 
 
 def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode,
@@ -172,6 +173,7 @@ def run_sweep(*, baseline, candidate, cases: Sequence[Case], decode: Decode,
                                       baseline_violations=theirs, candidate_violations=ours)
                    if differential is not None else judge(baseline=theirs, candidate=ours))
         found = [f"candidate '{candidate.name}': {v.detail} ({control_line(theirs)})" for v in verdict.candidate]
+        result.rules_broken += len(verdict.candidate)
         if verdict.baseline_trusted:
             found += differences(baseline=expected, candidate=actual)
         result.baseline_problems += [f"[{case.label}] baseline '{baseline.name}': {v.detail}" for v in verdict.baseline]

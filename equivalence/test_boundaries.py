@@ -21,7 +21,7 @@ from spec_route_suite.equivalence.differential import Differential, control
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.textlevel import level_details, title_suffix
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import DIVERGES, Finding
 from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, parity_repro
 
 pytestmark = pytest.mark.check("boundary")
@@ -132,6 +132,7 @@ def judge_sweep(variant, source, cases, how, depth, *, baseline, candidate, toke
         title=(f"{shape}{variant} boundary violations on prompt {source.id} (k={depth.k}; first: {case.label})"
                + title_suffix(text_level=result.text_level)),
         details={"diff": shown, "how": how, "speculation_depth": depth.k, "depth_source": depth.source, **level,
+                 **({} if result.rules_broken else {"cause": DIVERGES}),   # no rule broken: the answers only differ
                  "first_case": {"prompt_ids": list(case.request.prompt_ids), "max_tokens": case.request.max_tokens,
                                 "stop": list(case.request.stop), "stop_token_ids": list(case.request.stop_token_ids),
                                 "ignore_eos": case.request.ignore_eos,

@@ -41,7 +41,7 @@ from spec_route_suite.equivalence.near_tie_rate import DETECT_EXCESS, Exposure, 
 from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import DIVERGES, Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 
 pytestmark = pytest.mark.check("greedy")
@@ -122,7 +122,7 @@ def judge_greedy(req, prompt, expected, actual, *, baseline, candidate, tokenize
         check=check, severity="near-tie" if excused else "bug", route=candidate.name, prompt_id=prompt.id,
         title=(f"greedy {shape}output diverges from the baseline at token {divergence.position} of prompt "
                f"{prompt.id} ({verdict.verdict})" + title_suffix(expected, actual)),
-        details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}", **level,
+        details={"diff": divergence.diff() + f"\n  classification: {verdict.summary()}", **level, "cause": DIVERGES,
                  "divergence": dataclasses.asdict(divergence), "classification": verdict.to_details(),
                  "calibration": calibration.get().describe(), "policy": suite_config.greedy_policy,
                  "prompt_category": prompt.category, "prompt_ids": list(req.prompt_ids),

@@ -38,7 +38,7 @@ from spec_route_suite.equivalence.rules import Violation, details, stream_violat
 from spec_route_suite.equivalence.stream_edits import answer_edits, describe as describe_edits, id_edits, left_out
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import STREAM_DIFFERS, Finding
 from spec_route_suite.reports.repro_spec import ANSWER_FIELDS, logprobs_repro, stream_repro
 
 pytestmark = pytest.mark.check("streaming")
@@ -186,7 +186,7 @@ def judge_stream(req, prompt_id, *, with_stop, baseline, candidate, tokenizer, s
         title=(f"candidate '{candidate.name}' streams a different {shape}answer than it returns (prompt {prompt_id})"
                + title_suffix(plain, streamed)),
         details={"diff": "\n".join(problems), "stop": list(req.stop), "prompt_ids": list(req.prompt_ids), **level,
-                 "stream_events": streamed.stream_events, "ids": gap or "compared",
+                 "cause": STREAM_DIFFERS, "stream_events": streamed.stream_events, "ids": gap or "compared",
                  "baseline_control": control_details,
                  "classification": verdict.to_details() if verdict is not None else None,
                  "repro": stream_repro(req, candidate=candidate, baseline=baseline,

@@ -5,15 +5,25 @@ suite was told fails every long greedy prompt with the same refusal; a server th
 before sending it ends answers short in the boundary sweep (each variant), the stop-string sweep (each prompt),
 the greedy and feature checks and the n-choice usage checks. A maintainer wants one report that lists every
 check it broke ("77 findings in boundary, features, distribution, chat"), not 28. A cause is, in order:
+- a route error's cause in the server's words (reports/server_words.py: its status and message with numbers and
+  ids taken out, or one cause per kind of silence), whichever check met it;
 - a bug whose answers show a shape (reports/shapes.py: how the answer ended, e.g. "ends before max_tokens while
   usage counts tokens never returned"), across checks;
-- a bug whose check names its cause (`details["cause"]`, e.g. stream token ids the baseline carries and the
-  candidate drops, seen by the streaming and the chat checks alike), across checks;
-- a route error's signature (the same failure in the server's words), across checks;
-- otherwise the check and the finding's signature: its title with what varies per request taken out (its prompt
-  id, the request id in an error, quoted text, numbers other than an HTTP status), unless the check states one
-  (`details["signature"]`): the same first-split pattern, the same broken rule.
-Engine notes and info lines are not clustered (the summary lists engine behaviour apart; info is context).
+- a bug whose check names its cause (`details["cause"]`), across checks: an answer that differs under concurrent
+  load from the same request alone (reports/findings.py UNDER_LOAD: mixing attributed or not, untrustworthy serial
+  references, accuracy flips, batch-composition and KV-pressure differences, hung-up clients' neighbours; load
+  findings carry no answers that show a shape), a greedy answer that diverges from the baseline's beyond a
+  near-tie (DIVERGES: the greedy and chat checks alike), or stream token ids the baseline carries and the
+  candidate drops, seen by the streaming and the chat checks alike;
+- otherwise a bug's check and the test function that found it, whatever its parameters: one test is one mechanism
+  (the penalties' test for frequency, presence and repetition penalties alike, the structured-output test for
+  json_object and json_schema, logit_bias raised or lowered), so one fault of it is one cause;
+- otherwise (a warning, a near-tie, a finding of no test) the check and the finding's signature: its title with
+  what varies per request taken out (its prompt id, the request id in an error, quoted text, signed numbers other
+  than an HTTP status), unless the check states one (`details["signature"]`): the same first-split pattern, the
+  same broken rule.
+Engine notes and info lines are not clustered (the summary lists engine behaviour apart; info is context). Which
+clusters become issue files is reports/filing.py's rule.
 Environment: none.
 """
 from __future__ import annotations
@@ -23,6 +33,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from spec_route_suite.reports.coverage import ANY_ROUTE, route_of_test
+from spec_route_suite.reports.server_words import SILENCES, cause_of_error, server_words
 from spec_route_suite.reports.shapes import shape_of
 
 CLUSTERED = ("bug", "error", "near-tie", "warning")   # in the order the summary lists them
@@ -39,7 +50,7 @@ def signature(finding: dict[str, Any]) -> str:
         text = text.replace(str(finding["prompt_id"]), "<prompt>")
     text = re.sub(r"\[[^\]]*\]", "[...]", text)                       # an error's [route request id]
     text = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "'...'", text)         # quoted answers and names
-    text = re.sub(r"(?<!HTTP )(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?", "N", text)
+    text = re.sub(r"(?<!HTTP )(?<![A-Za-z_])[-+]?\d+(\.\d+)?(e-?\d+)?", "N", text)
     return re.sub(r"\s+", " ", text).strip()[:300]
 
 
@@ -51,17 +62,25 @@ def kind_of(finding: dict[str, Any]) -> str:
 
 def cause_of(finding: dict[str, Any]) -> tuple[str, str, str]:
     """(scope, signature, shape key) of the finding's cause: scope is its check for a cause of one check, "" for
-    one that crosses checks (an answer shape, a route error)."""
+    one that crosses checks (a route error's words, a cause the check names, an answer shape)."""
+    if finding.get("severity") == "error":
+        return "", cause_of_error(finding), ""
     if finding.get("severity") == "bug":
         shape = shape_of(finding)
         if shape is not None:
             return "", f"answer shape: {shape.phrase}", shape.key
         cause = (finding.get("details") or {}).get("cause")
-        if cause:   # a cause the check names as crossing checks (a capability the candidate drops on any shape)
+        if cause:   # a cause the check names as crossing checks (under load, a divergence, a dropped capability)
             return "", str(cause), ""
-    if finding.get("severity") == "error":
-        return "", signature(finding), ""
+        if test_function(finding) and not (finding.get("details") or {}).get("signature"):
+            return finding["check"], f"found by {test_function(finding)}", ""
     return finding["check"], signature(finding), ""
+
+
+def test_function(finding: dict[str, Any]) -> str:
+    """The test function that recorded the finding, without its parameters ("" when it names none)."""
+    nodeid = str(finding.get("test_id") or "")
+    return nodeid.rsplit("::", 1)[-1].split("[", 1)[0] if "::" in nodeid else ""
 
 
 def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[str, Any]] = (),
@@ -73,29 +92,45 @@ def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[st
     for index, finding in enumerate(findings):
         if finding.get("severity") in CLUSTERED:
             scope, sig, shape = cause_of(finding)
-            groups.setdefault((finding["route"], kind_of(finding), scope, sig, shape), []).append(index)
-    ordered = sorted(groups.items(), key=lambda item: (CLUSTERED.index(item[0][1].split("/")[0]), -len(item[1]),
-                                                       item[1][0]))
+            groups.setdefault((finding["route"], finding["severity"], scope, sig, shape), []).append(index)
+    ordered = sorted(groups.items(), key=lambda item: (CLUSTERED.index(item[0][1]), -len(item[1]), item[1][0]))
     clusters = []
-    for number, ((route, kind, _, sig, shape), members) in enumerate(ordered, start=1):
+    for number, ((route, _, _, sig, shape), members) in enumerate(ordered, start=1):
         per_check = _per_check(findings, members, tests=tests, route=route, candidates=candidates)
         main = per_check[0]
         # the main check's findings first: the issue quotes the first one, the repro script resends its requests
         members = sorted(members, key=lambda i: ([c["check"] for c in per_check].index(findings[i]["check"]), i))
         first = findings[members[0]]
         prompts = list(dict.fromkeys(findings[i].get("prompt_id") for i in members if findings[i].get("prompt_id")))
+        cause, title = _titles(first, sig, shape, per_check)
         clusters.append({
             "id": number, "check": main["check"], "checks": per_check, "route": route,
-            "severity": first["severity"], "kind": kind, "signature": sig, "shape": shape or None,
-            "count": len(members), "findings": members,
-            "title": (f"{sig.removeprefix('answer shape: ')} ({_checks_phrase(per_check)})" if shape else
-                      f"{first['title']} ({_checks_phrase(per_check)})" if len(per_check) > 1 else first["title"]),
+            "severity": first["severity"], "kind": kind_of(first), "signature": sig, "shape": shape or None,
+            "count": len(members), "findings": members, "cause": cause, "title": title,
             "prompts": prompts[:EXAMPLES], "prompts_total": len(prompts),
             "tests": list(dict.fromkeys(findings[i].get("test_id", "") for i in members))[:EXAMPLES],
             "tests_total": len({findings[i].get("test_id", "") for i in members}),
             "of": sum(c["of"] for c in per_check),
         })
     return clusters
+
+
+def _titles(first: dict[str, Any], sig: str, shape: str, per_check: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """(cause, title): the cause in words, with the checks that saw it when it crosses checks (an issue's title), and
+    the same with the first finding's title as an example where that says more (the summary's line). An answer
+    shape's phrase or a cause the check names, always with its checks; a route error's server message as the first
+    finding got it (status and words, not normalised), or its kind of silence with the first finding's title; else
+    the first finding's title."""
+    title = first["title"]
+    named = shape or (first["severity"] == "bug" and (first.get("details") or {}).get("cause"))
+    if named:
+        head = sig.removeprefix("answer shape: ")
+    elif first["severity"] == "error":
+        head = server_words(first) or (f"{sig}; first: {title}" if sig in SILENCES else title)
+    else:
+        head = title
+    cause = f"{head[:300]} ({_checks_phrase(per_check)})" if named or len(per_check) > 1 else head[:300]
+    return cause, (f"{cause}; e.g. {title}"[:500] if named and not title.startswith(head) else cause)
 
 
 def _per_check(findings: Sequence[dict[str, Any]], members: Sequence[int], *, tests: Sequence[dict[str, Any]],

@@ -14,6 +14,24 @@ from typing import Any
 # the engine, shown in the report; it fails no route and is no finding about the baseline
 SEVERITIES = ("bug", "error", "warning", "near-tie", "engine", "info")
 FINDING_PROPERTY = "spec_suite_finding"
+# The cause a load stressor names (details["cause"]) on an answer that differs under concurrent load from the same
+# route's answer alone: one fault under load (a request answered in another's context, batch-dependent numerics,
+# state left by hung-up clients) shows in every stressor, attributed to a source request or not, and is one root
+# cause with one issue file (reports/clusters.py).
+UNDER_LOAD = "answers under concurrent load differ from the same requests answered alone"
+# The cause the greedy judges name on a greedy answer that diverges from the baseline's beyond a near-tie, in the
+# greedy, chat and agentic checks alike, and a boundary sweep whose answers only differ, breaking no boundary rule
+# (one fault of the verifier's bookkeeping diverges on every kind of prompt and request).
+DIVERGES = "greedy answers diverge from the baseline's beyond a near-tie"
+# The cause the stream check names on a streamed answer that differs from the same request's unstreamed one, in the
+# streaming check and the chat check's streams alike.
+STREAM_DIFFERS = "streamed answers differ from the same requests answered unstreamed"
+# The cause the agentic check names when the server parses the same output tokens into other tool calls, reasoning
+# or content than the baseline does, whichever part of the protocol (single answers, sessions) met it.
+PARSED_OTHERWISE = "the server parses the same output tokens into other tool calls, reasoning or content"
+# The error kind of a check's own health probe that went unanswered (or said false) after its load: with timeouts
+# and a route found hung, one cause, "the server stopped answering" (reports/server_words.py).
+UNHEALTHY = "unhealthy"
 MEASURE_PROPERTY = "spec_suite_measure"
 
 

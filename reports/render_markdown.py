@@ -126,13 +126,24 @@ def _clusters(report: dict[str, Any]) -> list[str]:
     for cluster in clusters[:CLUSTERS_SHOWN]:
         files = ", ".join(f"[{p.split('/')[-1]}]({p})" for p in [cluster.get("issue"), *(cluster.get("repro") or [])[:1]]
                           if p) or "-"
+        if cluster.get("not_filed"):
+            files += f"; no issue: {_md(_cut(cluster['not_filed'], 120))}"
         lines.append(f"| {cluster['id']} | {cluster['severity']} | {checks_of(cluster)} | `{cluster['route']}` | "
-                     f"{_md(frequency(cluster))} | {_md(_cut(cluster['title'], 160))} | {files} |")
+                     f"{_md(frequency(cluster) + _prompts(cluster))} | {_md(_cut(cluster['title'], 160))} | {files} |")
     if len(clusters) > CLUSTERS_SHOWN:
         lines.append(f"\n... and {len(clusters) - CLUSTERS_SHOWN} more cause(s): report.json `clusters`, issues/.")
-    return lines + ["", "Each issue file is ready to paste upstream (the engine's bug template, the repro quoted "
-                        "whole); each repro script resends the failing request(s) to the candidate and to the "
-                        "baseline as the control and exits 1 when the failure reproduces on the candidate alone.", ""]
+    return lines + ["", "An issue file is written for each cause an engine's maintainer can act on (a candidate's "
+                        "bug or route error the baseline does not show), in the engine's bug template with the repro "
+                        "quoted whole and its `gh issue create` line at the top; nothing in it is ticked for you. "
+                        "Each repro script resends the failing request(s) to the candidate and to the baseline as the "
+                        "control and exits 1 when the failure reproduces on the candidate alone.", ""]
+
+
+def _prompts(cluster: dict[str, Any]) -> str:
+    """" (prompts math-00, chat-01, ...)": the cause's first prompts (a cause crossing checks has one example title)."""
+    shown = cluster.get("prompts") or []
+    more = ", ..." if cluster.get("prompts_total", 0) > len(shown) else ""
+    return f" (prompts {', '.join(shown)}{more})" if shown else ""
 
 
 def _speculation(report: dict[str, Any]) -> list[str]:

@@ -1,8 +1,11 @@
 """Assemble the machine-readable run report from what the collector gathered."""
 from __future__ import annotations
 
+import os
+import platform
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, Sequence
 
 from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, speculation_leads, speculation_problems,
@@ -99,6 +102,7 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "run_id": collector.run_id,
         "suite_version": __version__,
         "command": collector.command,
+        "client": client_machine(),
         "started_unix": collector.started,
         "finished_unix": time.time(),
         "duration_s": round(time.time() - collector.started, 2),
@@ -128,6 +132,19 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
     })
     report["matrix"] = coverage_matrix(report)
     return report
+
+
+def client_machine() -> dict[str, Any]:
+    """The machine the suite ran on (the client): an issue tells it apart from the server's, which only the
+    server's own statements (or the suite having started it here) describe."""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    return {"os": platform.platform(), "system": platform.system(), "machine": platform.machine(),
+            "cpu": f"{cpu or platform.processor() or 'unknown cpu'}, {os.cpu_count()} cores",
+            "python": platform.python_version()}
 
 
 def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *, baseline_name: str | None,

@@ -11,10 +11,12 @@ An observation is one answer as a finding shows it: the request's max_tokens and
 usage, the finish_reason, and whether the candidate's tokens continue the baseline's past its stop. Sources, in
 order: the answers a parity repro recorded (reports/repro_spec.py `recorded`, with what each request asked),
 the token lists a parity finding carries, then the rule details of equivalence/rules.py quoted in the finding's
-diff (a usage count against the tokens returned, an n-choice usage against the choices' sum); none from a
-text-level comparison (token counts re-derived from text). A shape is named only from facts an answer shows; a
-finding whose answers show none (a divergence mid-answer, a wrong logprob) has no shape and is clustered by its
-check and title. Environment: none.
+diff (a usage count against the tokens returned, an n-choice usage against the choices' sum, tokens past a stop
+the baseline honoured on the same request); the first source whose answers show a shape, else the first that
+shows any (a sweep's first case can end where the baseline's does, with only its finish_reason wrong, while its
+next cases run past the stop); none from a text-level comparison (token counts re-derived from text). A shape is
+named only from facts an answer shows; a finding whose answers show none (a divergence mid-answer, a wrong
+logprob) has no shape and is clustered by its check and title. Environment: none.
 """
 from __future__ import annotations
 
@@ -101,11 +103,9 @@ def observations(finding: Finding) -> list[Observation]:
     details = finding.get("details") or {}
     if details.get("comparison") == TEXT_LEVEL:
         return []
-    for source in (_recorded, _token_lists, _rule_details):
-        found = [o for o in source(details) if o.returned is not None]
-        if found:
-            return found
-    return []
+    shown = [found for source in (_recorded, _token_lists, _rule_details)
+             if (found := [o for o in source(details) if o.returned is not None or o.past_baseline_stop])]
+    return next((found for found in shown if any(map(_first_shape, found))), shown[0] if shown else [])
 
 
 # ---- sources ----------------------------------------------------------------------------------------------
@@ -160,17 +160,25 @@ def _rule_details(details: dict[str, Any]) -> Iterator[Observation]:
     limit = _int(request.get("max_tokens")) or _int(_asked_in_body(first).get("max_tokens"))
     for usage, returned, choices in _usage_lines(details):
         yield Observation(max_tokens=limit, returned=returned, usage=usage, choices=choices)
+    for _ in PAST_STOP_LINE.findall(_rule_text(details)):
+        yield Observation(max_tokens=limit, past_baseline_stop=True)
 
 
+PAST_STOP_LINE = re.compile(r"\d+ token\(s\) after the stop condition completed at token \d+.*"
+                            r"\(baseline, same request: honours every rule checked\)")
 USAGE_LINE = re.compile(r"usage\.completion_tokens=(\d+) but (\d+) tokens returned")
 N_USAGE_LINE = re.compile(r"usage says (\d+) completion tokens for (\d+) in (\d+) choices")
 
 
 def _usage_lines(details: dict[str, Any]) -> list[tuple[int, int, int]]:
     """(usage, tokens returned, choices) of every usage rule detail the finding quotes."""
-    text = "\n".join(str(p) for p in (details.get("diff"), *(details.get("problems") or [])) if p)
+    text = _rule_text(details)
     return ([(int(u), int(r), 1) for u, r in USAGE_LINE.findall(text)]
             + [(int(u), int(r), int(n)) for u, r, n in N_USAGE_LINE.findall(text)])
+
+
+def _rule_text(details: dict[str, Any]) -> str:
+    return "\n".join(str(p) for p in (details.get("diff"), *(details.get("problems") or [])) if p)
 
 
 def _past_stop(ids: Any, baseline: Any, baseline_finish: Any) -> bool:

@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, UNHEALTHY, Finding
 from spec_route_suite.reports.repro_spec import load_repro
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.errors import RouteError
@@ -130,7 +130,8 @@ class AbortWave(CanaryStressor):
             findings.add(Finding(check=CHECK, severity="bug", route=candidate.name,
                                  title=f"{len(lines)} requests beside hung-up clients lost their serial output "
                                        f"({comparison.sentence()}): {lines[0]}",
-                                 details={"examples": lines[:10], "load_control": comparison.as_details(),
+                                 details={"cause": UNDER_LOAD, "examples": lines[:10],
+                                          "load_control": comparison.as_details(),
                                           "repro": self.windows.repro(self.report.mismatches[0].victim_request)}))
             self.problems.append(lines[0])
 
@@ -153,7 +154,7 @@ class AbortWave(CanaryStressor):
             title = (f"route unhealthy after {self.aborted} client disconnects: health check at {mine.at} unanswered "
                      f"or false")
             self.problems.append(findings.add(Finding(check=CHECK, severity="error", route=self.candidate.name,
-                                                      title=title)).title)
+                                                      title=title, details={"error_kind": UNHEALTHY})).title)
         if mine.stopped:
             title = (f"route dead or hung after {self.aborted} disconnects: canary post-abort-canary-{item.key} at "
                      f"{mine.at}: {mine.error}")
@@ -166,7 +167,7 @@ class AbortWave(CanaryStressor):
             title = (f"after {self.aborted} disconnects the canary {canary_id} answered {mine.canary.text!r}, alone "
                      f"before the wave {self.references[item.key].text!r}")
             findings.add(Finding(check=CHECK, severity="bug", route=self.candidate.name, prompt_id=item.key,
-                                 title=title, details={"repro": self._canary_repro(item)}))
+                                 title=title, details={"cause": UNDER_LOAD, "repro": self._canary_repro(item)}))
             self.problems.append(title)
         return not mine.stopped
 

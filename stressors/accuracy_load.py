@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.accuracy import Tally, fisher_p, flips, sentence, tally
 from spec_route_suite.stressors.canary import mean_latency, renderer
 from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
@@ -130,6 +130,7 @@ class AccuracyUnderLoad(CanaryStressor):
         title = (f"{len(flipped)} answers right when sent alone turned wrong under load ({comparison.sentence()}): "
                  f"{text}")
         findings.add(Finding(check=self.check, severity="bug", route=self.candidate.name, prompt_id=flipped[0].key,
-                             title=title, details={**details, "flips": [f.line() for f in flipped[:30]],
+                             title=title, details={**details, "cause": UNDER_LOAD,
+                                                   "flips": [f.line() for f in flipped[:30]],
                                                    "repro": self.windows.repro(flipped[0].attribution.victim_request)}))
         return f"candidate '{self.candidate.name}': {title}\n" + "\n".join(f.line() for f in flipped[:10])

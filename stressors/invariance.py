@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.reports.repro_spec import load_repro, repeat_repro
 from spec_route_suite.routes.base import Request
 from spec_route_suite.stressors.canary import mean_latency
@@ -90,7 +90,7 @@ class NeedleBatches(CanaryStressor):
                 check=CHECK, severity=severity, route=self.candidate.name, prompt_id=outcome.key,
                 title=f"{len(cases)} greedy outputs changed with batch composition ({severity}; "
                       f"{comparison.sentence()}); e.g. {outcome.key}: {why}",
-                details={"examples": [{"request": o.request_id, "batch": ordr, "why": w,
+                details={"cause": UNDER_LOAD, "examples": [{"request": o.request_id, "batch": ordr, "why": w,
                                        "got": o.completion.text[:200], "alone": self.references[o.key].text[:200]}
                                       for _, o, ordr, w in cases[:10]], "budget": budget.describe(),
                          "load_control": comparison.as_details(), "repro": self.windows.repro(outcome.request_id)}))
@@ -170,7 +170,7 @@ class IdenticalRequests(CanaryStressor):
         findings.add(Finding(check=CHECK, severity=severity, route=self.candidate.name, prompt_id=item.key,
                              title=title + f"; first split at token {splits[0] if splits else '?'} ({severity}; "
                                            f"{comparison.sentence()})",
-                             details={"distinct": [{"count": c, "text": output_text(run, o)}
+                             details={"cause": UNDER_LOAD, "distinct": [{"count": c, "text": output_text(run, o)}
                                                    for o, c in self.outputs.most_common(10)],
                                       "why": [why for _, why in judged[:10]], "serial": self.references[item.key].text,
                                       "load_control": comparison.as_details(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, UNHEALTHY, Finding
 from spec_route_suite.routes.base import Request
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import LoadComparison, LoadControl, differing, record, resend
@@ -119,7 +119,7 @@ class KvBurst:
         if not candidate.health():
             problems.append(findings.add(Finding(check=CHECK, severity="error", route=candidate.name,
                                                  title=f"route unhealthy after the KV-pressure burst "
-                                                       f"({evidence})")).title)
+                                                       f"({evidence})", details={"error_kind": UNHEALTHY})).title)
         judged = record(findings, comparison, check=CHECK, control=self.control, candidate=candidate)
         bugs = [b for b in self.broken if b[0] == "bug"]
         if bugs and judged:
@@ -132,6 +132,7 @@ class KvBurst:
                  f"output ({self.evidence()}; {comparison.sentence()}); e.g. {outcome.request_id}: {why}")
         return Finding(check=CHECK, severity="bug", route=self.pair.candidate.name, prompt_id=outcome.key,
                        title=title, details={
+                           "cause": UNDER_LOAD,
                            "examples": [{"request": o.request_id, "why": w, "got": o.completion.text[:200],
                                          "alone": self.references[o.key].text[:200]} for _, o, w in bugs[:10]],
                            "plan": self.pressure.describe(), "preemptions": self.preempted,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.reports.repro_spec import parity_repro
 from spec_route_suite.routes.textlevel import is_text_level, level_details, title_suffix
 from spec_route_suite.stressors.canary import mean_latency, renderer
@@ -126,7 +126,7 @@ class MixingLoad(CanaryStressor):
                 check=CHECK, severity="bug", route=self.pair.candidate.name,
                 title=(f"{len(stopped)} answers under load stopped after at most one token where the serial run "
                        f"was long (the vllm#50021 pattern: HTTP 200, one empty token, finish_reason 'stop')"),
-                details={"examples": stopped[:20], "max_tokens": self.pair.max_tokens,
+                details={"cause": UNDER_LOAD, "examples": stopped[:20], "max_tokens": self.pair.max_tokens,
                          "repro": self.windows.repro(stopped[0].split(":")[0])}))
         return stopped
 
@@ -146,7 +146,7 @@ class MixingLoad(CanaryStressor):
             title=(f"{len(distrusted)} serial greedy references of the candidate differ from the AR baseline and "
                    f"do not reproduce serially (other traffic shares its batches?); their mismatches under load "
                    f"are not attributed to mixing"),
-            details={"prompts": sorted(distrusted), "max_tokens": mt,
+            details={"cause": UNDER_LOAD, "prompts": sorted(distrusted), "max_tokens": mt,
                      "repro": parity_repro([self.workload.get(k).request(max_tokens=mt)
                                             for k in sorted(distrusted)[:3]], candidate=candidate, baseline=baseline,
                                            attempts=3)}))

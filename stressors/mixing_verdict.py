@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.reports.repro_spec import load_repro
 from spec_route_suite.stressors.control import Count, LoadComparison, record
 from spec_route_suite.stressors.driver import drive_handle
@@ -103,7 +103,7 @@ class MixingVerdict:
                 title=f"{len(self.bugs)} outputs under load differ from their serial reference beyond a near-tie, "
                       f"with no identifiable source (corrupted batch state?; {self.unattributed.sentence()})"
                       f"{load.suffix}: {self.bugs[0][:200]}",
-                details={"examples": self.bugs[:10], **self.details,
+                details={"cause": UNDER_LOAD, "examples": self.bugs[:10], **self.details,
                          "repro": load.windows.repro(first_of.get("bug", ""))}))
 
     @property
@@ -130,7 +130,7 @@ class MixingVerdict:
                                spec=candidate.spec, max_tokens=mt, wire=candidate.wire_request)
         findings.add(Finding(
             check=CHECK, severity="bug", route=candidate.name, prompt_id=first.victim_key, title=title,
-            details={**self.details, "contamination_matrix": total.matrix_rows(),
+            details={**self.details, "cause": UNDER_LOAD, "contamination_matrix": total.matrix_rows(),
                      "diff": (f"- {first.victim_key}, serial reference: {first.reference_text[:160]!r}\n"
                               f"+ {first.victim_key}, under load:       {first.output_text[:160]!r}\n"
                               f"  source {first.source_key}: {first.evidence}"),

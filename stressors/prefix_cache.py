@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spec_route_suite.equivalence.greedy import first_divergence
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNHEALTHY, Finding
 from spec_route_suite.reports.repro_spec import load_repro, parity_repro
 from spec_route_suite.routes.textlevel import same_output
 from spec_route_suite.stressors.control import Count, LoadComparison, LoadControl
@@ -183,7 +183,8 @@ class PrefixCacheCheck:
                                       "load_control": comparison.as_details()}))
         if not healthy:
             findings.add(Finding(check=CHECK, severity="error", route=candidate.name,
-                                 title="route unhealthy after prefix-cache requests (health check false)"))
+                                 title="route unhealthy after prefix-cache requests (health check false)",
+                                 details={"error_kind": UNHEALTHY}))
         for severity in ("bug", "near-tie"):
             lines = [line for s, line in self.vs_baseline if s == severity]
             if lines:

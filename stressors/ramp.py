@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, UNHEALTHY, Finding
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
 from spec_route_suite.stressors.driver import Budget, burst, failure_finding, plan
@@ -71,7 +71,8 @@ class BatchRamp(CanaryStressor):
             if not candidate.health():
                 self.problems.append(findings.add(Finding(
                     check=CHECK, severity="error", route=candidate.name,
-                    title=f"route unhealthy after ramp step {step} (a burst of {size}; sizes {self.sizes})")).title)
+                    title=f"route unhealthy after ramp step {step} (a burst of {size}; sizes {self.sizes})",
+                    details={"error_kind": UNHEALTHY})).title)
                 break
 
     def comparison(self) -> LoadComparison:
@@ -99,7 +100,7 @@ class BatchRamp(CanaryStressor):
         title = (f"{len(bugs)} greedy outputs differ from their output alone at batch sizes {by_size} of the ramp "
                  f"{sizes} ({comparison.sentence()}); e.g. {outcome.request_id} at batch {size}: {why}")
         findings.add(Finding(check=CHECK, severity="bug", route=candidate.name, prompt_id=outcome.key, title=title,
-                             details={"sizes": sizes, "failing_sizes": by_size,
+                             details={"cause": UNDER_LOAD, "sizes": sizes, "failing_sizes": by_size,
                                       "load_control": comparison.as_details(),
                                       "examples": [{"request": o.request_id, "batch": s, "why": w,
                                                     "got": o.completion.text[:200],

@@ -3,7 +3,9 @@
 One protocol per candidate (stressors/sessions.py), judged in three parts:
 - sessions: SESSIONS multi-turn agent sessions (question, tool call, tool result, answer; two questions
   each) run all at once on the candidate; every turn must equal the baseline's turn of the same session
-  run serially, while their conversations agree (equivalence/agentic.py judges each pair);
+  run serially, while their conversations agree (equivalence/agentic.py judges each pair); a turn that also
+  differs from the candidate's own session served alone (run last) differs under load, one cause with the other
+  stressors' (reports/findings.py UNDER_LOAD);
 - check conversation: a fixed conversation sent to the candidate before the sessions and again after them
   must answer as it did first (state carried from session to session: "worse over sessions until a
   restart"), and as the baseline does;
@@ -20,7 +22,7 @@ import time
 import pytest
 
 from spec_route_suite.equivalence import agentic
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.fixtures.prompts.agentic import check_plan, session_plans, single_plan
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.sessions import (SessionSettings, Transcript, as_load_run, history_before,
@@ -60,11 +62,12 @@ def _protocol(runs, baseline, candidate, tokenizer, context_fit, suite_config):
         after_burst = await run_session(candidate.route, single, settings, tag="agent-single", stream=True,
                                         questions=1)
         again = await run_session(candidate.route, check, settings, tag="agent-check-again", stream=True)
-        return first, burst, started, after_burst, again
-    first, burst, started, after_burst, again = candidate.run(on_candidate(),
-                                                              timeout_s=candidate.timeout_s * (len(plans) + 4) * 6)
+        alone = await run_serially(candidate.route, plans, settings, tag="agent-alone")   # last: after "again"
+        return first, burst, started, after_burst, again, alone
+    first, burst, started, after_burst, again, alone = candidate.run(
+        on_candidate(), timeout_s=candidate.timeout_s * (2 * len(plans) + 4) * 6)
     witness.add(as_load_run(list(burst.values()), started=started, concurrency=len(plans)))
-    runs[candidate.name] = dict(references=references, first=first, burst=burst, after_burst=after_burst,
+    runs[candidate.name] = dict(references=references, first=first, burst=burst, after_burst=after_burst, alone=alone,
                                 again=again, witness=witness)
     return runs[candidate.name]
 
@@ -82,9 +85,12 @@ def _candidate_transcripts(runs) -> list[Transcript]:
 
 
 def _judge_transcripts(reference: Transcript, actual: Transcript, *, label: str, evidence, ctx,
-                       sent: list[Transcript]) -> list[str]:
+                       sent: list[Transcript], alone: Transcript | None = None) -> list[str]:
     """Turn-by-turn judgement while the conversations agree; a turn the candidate failed is a failure too.
-    `sent`: every transcript of the candidate, whose turns before a failing one its repro resends first."""
+    `sent`: every transcript of the candidate, whose turns before a failing one its repro resends first. `alone`:
+    the candidate's own transcript of the same session served alone; a turn that differs from it (same conversation
+    so far) differs under load, whatever else it shows (reports/findings.py UNDER_LOAD)."""
+    own = {id(theirs): mine for mine, theirs in paired_turns(alone, actual)} if alone is not None else {}
     failures = []
     for ours, theirs in paired_turns(reference, actual):
         if ours.answer is None:
@@ -97,8 +103,10 @@ def _judge_transcripts(reference: Transcript, actual: Transcript, *, label: str,
             break
         evidence.add(ctx["baseline"].name, ours.answer)
         evidence.add(ctx["candidate"].name, theirs.answer)
+        mine = own.get(id(theirs))
+        loaded = mine is not None and mine.answer is not None and mine.answer.token_ids != theirs.answer.token_ids
         failure = agentic.judge(ours.answer, theirs.answer, req=theirs.request, label=label,
-                                prompt_id=theirs.request.request_id,
+                                prompt_id=theirs.request.request_id, cause=UNDER_LOAD if loaded else None,
                                 history=history_before(sent, theirs, limit=agentic.HISTORY), **ctx)
         if failure:
             failures.append(failure)
@@ -127,7 +135,8 @@ def test_sessions(agent_runs, baseline, candidate, tokenizer, context_fit, suite
     failures = []
     for key, transcript in runs["burst"].items():
         failures += _judge_transcripts(runs["references"][key], transcript, label="concurrent session turn",
-                                       evidence=evidence, ctx=ctx, sent=_candidate_transcripts(runs))
+                                       evidence=evidence, ctx=ctx, sent=_candidate_transcripts(runs),
+                                       alone=runs["alone"][key])
     loaded, why, ran = runs["witness"].verdict()
     blind = evidence.blind() or ("" if loaded else why)
     findings.cover(agentic.CHECK, candidate.name, verified=not blind, part="sessions",

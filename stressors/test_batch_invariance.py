@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import record
 from spec_route_suite.stressors.coverage import LoadWitness
@@ -97,7 +97,7 @@ def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stres
     lines = [line for _, line, _ in problems]
     findings.add(Finding(check=CHECK, severity="bug", route=candidate.name,
                          title=f"seeded sampling not reproducible ({comparison.sentence()}): {lines[0]}",
-                         details={"problems": lines, "load_control": comparison.as_details(),
+                         details={"cause": UNDER_LOAD, "problems": lines, "load_control": comparison.as_details(),
                                   "repro": seeded_repro(problems[0], plans, candidate=candidate, baseline=baseline,
                                                         concurrency=level)}))
     pytest.fail(f"candidate '{candidate.name}': " + "; ".join(lines[:5]), pytrace=False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
-from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.control import record
 from spec_route_suite.stressors.pair import LoadPair
 from spec_route_suite.stressors.task_load import CHECK, COULD_DETECT, TaskAccuracyRun
@@ -49,5 +49,5 @@ def test_task_accuracy_serial_and_under_load(candidate, baseline, tokenizer, sui
         return
     title = f"{len(flipped)} task answers right when sent alone turned wrong under load ({comparison.sentence()})"
     findings.add(Finding(check=CHECK, severity="bug", route=candidate.name, prompt_id=flipped[0].key, title=title,
-                         details={**details, "flips": [f.line() for f in flipped[:30]]}))
+                         details={**details, "cause": UNDER_LOAD, "flips": [f.line() for f in flipped[:30]]}))
     pytest.fail(f"candidate '{candidate.name}': {title}\n" + "\n".join(f.line() for f in flipped[:10]), pytrace=False)

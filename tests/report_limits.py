@@ -1,6 +1,7 @@
-"""What a run folder must keep, whatever it found: summary.md under 20,000 characters, one issue file per finding
-cluster under 60,000 that quotes its repro script and curl lines whole (or, when they do not fit, names them by
-their paths, as issues.py says), a repro for every bug and error cluster.
+"""What a run folder must keep, whatever it found: summary.md under 20,000 characters, an issue file under 60,000 for
+every finding cluster filed (the others say why not, reports/filing.py) that quotes its repro script and curl lines
+whole (or, when they do not fit, names them by their paths, as issues.py says), a repro for every bug and error
+cluster.
 
 `pooled_report_problems` renders one report that pools the findings of several run folders (the mutation
 table's: every cluster kind it produces, 50 findings and more), the "run with 50 findings" a nightly job meets.
@@ -28,7 +29,11 @@ def folder_problems(run_dir: Path, report: dict, summary: str) -> list[str]:
         problems.append(f"{run_dir.name}: summary.md has {len(summary)} characters (limit {SUMMARY_CHARS})")
     for cluster in report.get("clusters") or []:
         name = f"{run_dir.name} cluster {cluster['id']} ({cluster['check']} on {cluster['route']})"
-        issue = run_dir / cluster.get("issue", "missing")
+        if not cluster.get("issue"):
+            if not cluster.get("not_filed"):
+                problems.append(f"{name}: neither an issue file nor why not")
+            continue
+        issue = run_dir / cluster["issue"]
         if not issue.is_file():
             problems.append(f"{name}: no issue file")
             continue

@@ -5,8 +5,9 @@ One subprocess runs the correct engine through every catcher family at the share
 named candidates of one routes file, two subprocesses at a time. A fault whose catcher the
 route suite does not have yet is an expected failure naming the issue that adds it.
 `pytest tests -k mutation -s` prints the table (fault, expected catcher, caught?, requests).
-Every row also leaves a repro: its catcher's finding cluster has a script that, run alone against the
-in-process server, exits 1 with the faulty engine as the candidate and 0 with the correct one (the row's
+Every row files exactly one issue for its fault (none for a near-tie or class-gap row) and leaves a repro: its
+catcher's finding cluster has a script that, run alone against the in-process server, exits 1 with the faulty
+engine as the candidate and 0 with the correct one (the row's
 baseline served as the control); and every run folder's summary and issue files fit their limits, as does
 one report that pools every run's findings (50 and more).
 The distribution rows run each statistical fault on the grid point where it acts, at TV 0.1
@@ -29,9 +30,9 @@ from filelock import FileLock
 
 from spec_route_suite.reference.faults import FAULTS
 from spec_route_suite.servers.inprocess import serve_in_thread
-from tests.mutation import (COMMON_ARGS, CONTROL, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult, catcher_paths,
-                            correct_uri, default_baseline_uri, format_table, missing_reason, other_catchers,
-                            run_route_suite, verdict_for)
+from tests.mutation import (COMMON_ARGS, CONTROL, FAILING, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult,
+                            catcher_paths, correct_uri, default_baseline_uri, format_table, missing_reason,
+                            other_catchers, run_route_suite, verdict_for)
 from tests.report_limits import pooled_report_problems, run_folder_problems
 
 FAMILY_ARGS: dict[str, tuple[str, ...]] = {}   # per-family suite options beyond COMMON_ARGS (rows carry their own)
@@ -255,6 +256,28 @@ def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
     ok, why = verdict_for(mutant, result)
     assert result.report, f"no report.json: {result.describe()}"
     assert ok, f"{mutant.label}: {why}\n{result.describe()}"
+
+
+NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap")   # rows that fail nothing: a near-tie, a named evidence gap
+
+
+@pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS])
+def test_mutation_row_files_one_issue_for_its_fault(mutation_runs, mutant: Mutant):
+    """One fault is one root cause, one issue file on its route (issue #41), whichever checks of its run saw it: every
+    bug and error finding against the route is in that file's cluster, its catcher among the checks listed. A row
+    that fails nothing (a near-tie, a class that accepted nothing: the suite's statements about its evidence) files
+    none."""
+    if not catcher_paths(mutant):
+        pytest.fail(f"no '{mutant.catcher}' check in the route suite yet", pytrace=False)
+    result = mutation_runs[mutant.group]
+    filed = [c for c in result.report.get("clusters", []) if c["route"] == mutant.route_name and c.get("issue")]
+    if mutant.expect in NOT_FILED_EXPECTATIONS:
+        assert not filed, [(c["title"], c["issue"]) for c in filed]
+        return
+    failing = [f for f in result.findings_for(mutant.route_name) if f.get("severity") in FAILING]
+    assert len(filed) == 1, f"{mutant.label}: {[(c['title'][:160], c['count']) for c in filed]}"
+    assert filed[0]["count"] == len(failing) and mutant.catcher in [row["check"] for row in filed[0]["checks"]]
+    assert (result.run_dir / filed[0]["issue"]).is_file()
 
 
 @pytest.fixture(scope="module")

@@ -155,3 +155,18 @@ def test_a_dropped_stream_capability_seen_by_streaming_and_chat_is_one_cause():
     merged = next(c for c in clusters if c["signature"] == cause)
     assert sorted(row["check"] for row in merged["checks"]) == ["chat", "streaming"]
     assert merged["count"] == 3 and "chat" in merged["title"] and "streaming" in merged["title"]
+
+
+def test_a_sweep_whose_first_case_ends_in_place_shows_the_stop_its_next_cases_run_past():
+    """tokens_after_stop at max_tokens=2 ends where the baseline does, only its finish_reason wrong; its next cases
+    run past the stop, and the sweep's rule lines say so: the finding shows past-stop, like its other variants (the
+    mutation table's row made five issue files before), and without those lines it shows none."""
+    first = "[eos max_tokens=2] candidate 'c': finish_reason 'length' but the output ends at a stop condition"
+    later = ("[eos max_tokens=3] candidate 'c': 1 token(s) after the stop condition completed at token 1: '<s>' "
+             "(baseline, same request: honours every rule checked)")
+    details = {"diff": f"{first}\n{later}", "baseline_tokens": [19, 2], "candidate_tokens": [19, 2],
+               "first_case": {"max_tokens": 2}}
+    finding = {"check": "boundary", "severity": "bug", "route": "c", "title": "eos boundary violations", "details":
+               details}
+    assert shape_of(finding) is BY_KEY["past-stop"]
+    assert shape_of({**finding, "details": {**details, "diff": first}}) is None

@@ -292,6 +292,21 @@ def test_start_reuses_healthy_servers_and_stop_kills_exactly_ours(fake):
         bystander.wait()
 
 
+def test_launch_info_keeps_the_tail_of_each_managed_servers_log(fake):
+    """The run keeps the last RUN_LOG_LINES lines of each managed server's log (an issue file attaches them)."""
+    from spec_route_suite.servers import RUN_LOG_LINES, ManagedServers
+    from spec_route_suite.servers.vllm_cpu import State, start
+    server_set = fake(("a", []))
+    start(server_set, log=lambda _: None)
+    log = Path(State(server_set.state_dir).read()["a"]["log"])
+    with open(log, "a") as out:
+        out.write("".join(f"planted log line {i}\n" for i in range(RUN_LOG_LINES + 30)))
+    launch = ManagedServers(server_set, {"candidate": server_set.servers[0]}, {}, None).launch_info()["candidate"]
+    tail = launch["log_tail"].splitlines()
+    assert launch["log"] == str(log) and len(tail) == RUN_LOG_LINES
+    assert tail[-1] == f"planted log line {RUN_LOG_LINES + 29}" and tail[0] == "planted log line 30"
+
+
 def test_failed_start_stops_every_server_it_started(fake):
     from spec_route_suite.servers import ServerError
     from spec_route_suite.servers.vllm_cpu import State, start

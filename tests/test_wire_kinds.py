@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.reports.issues import TEMPLATES
+from spec_route_suite.reports.issue_templates import TEMPLATES
 from spec_route_suite.reports.repro import engine_of
 from spec_route_suite.routes import flavours, kinds
 from spec_route_suite.routes.declared import decorated_classes
