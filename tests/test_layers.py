@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "spec_route_suite.reference.*", "spec_route_suite.servers", "spec_route_suite.servers.*",
                 "spec_route_suite.session", "spec_route_suite.preflight", "spec_route_suite.fixtures.prompts",
                 "spec_route_suite.fixtures.prompts.*")),
-    ("checks", ("spec_route_suite.equivalence", "spec_route_suite.equivalence.*", "spec_route_suite.stressors",
+    ("checks", ("spec_route_suite.api", "spec_route_suite.equivalence", "spec_route_suite.equivalence.*", "spec_route_suite.stressors",
                 "spec_route_suite.stressors.*", "spec_route_suite.reports.findings",
                 "spec_route_suite.reports.repro_spec")),
     ("findings", ("spec_route_suite.reports", "spec_route_suite.reports.collector", "spec_route_suite.reports.coverage",
