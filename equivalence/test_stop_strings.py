@@ -12,7 +12,7 @@ import pytest
 
 from spec_route_suite.equivalence.depth import draft_depth
 from spec_route_suite.equivalence.stop_strings import plain_request, stop_cases
-from spec_route_suite.equivalence.test_boundaries import judge_sweep
+from spec_route_suite.equivalence.sweep_judge import judge_sweep
 
 pytestmark = pytest.mark.check("boundary")
 

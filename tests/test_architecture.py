@@ -82,3 +82,24 @@ def test_a_toy_check_follows_the_add_a_check_recipe(tmp_path):
     report = json.loads(next(out.glob("*/report.json")).read_text())
     rows = [r for r in report["coverage"] if r["check"] == "greedy" and r.get("part") == "toy"]
     assert rows and all(r["status"] == "verified" for r in rows), rows
+
+
+def test_no_module_is_loaded_under_two_names():
+    """Collect the whole route suite in one process: no module file may sit in sys.modules twice (a test module
+    imported by another test module under its package name loads a second copy, with its own module state). The
+    check folders' own package files are left out: pytest imports `equivalence/` and `stressors/` as top-level
+    packages to reach their test modules (its rootdir import), beside the installed names; they hold no state."""
+    script = textwrap.dedent('''
+        import sys, collections, pytest
+        pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "equivalence", "stressors"])
+        files = collections.defaultdict(list)
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if path and path.startswith(sys.argv[1]) and not path.endswith("__init__.py"):
+                files[path].append(name)
+        print("TWICE", sorted(names for names in files.values() if len(names) > 1))
+    ''')
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    twice = [line for line in done.stdout.splitlines() if line.startswith("TWICE")]
+    assert twice == ["TWICE []"], done.stdout[-2000:]
