@@ -95,7 +95,7 @@ def candidate_table(candidates: dict[str, Any]) -> list[str]:
     if not candidates:
         return []
     lines = ["| candidate | engine | greedy answers | acceptance length (all prompts) | acceptance test | "
-             "throughput tok/s (baseline's) |", "|---|---|---|---|---|---|"]
+             "throughput tok/s (the baseline's), load average |", "|---|---|---|---|---|---|"]
     for name, entry in candidates.items():
         if not entry.get("compared"):
             lines.append(f"| `{name}` | {versions_text(entry['versions']) if entry.get('versions') else '-'} | "
@@ -104,7 +104,7 @@ def candidate_table(candidates: dict[str, Any]) -> list[str]:
         answers, acceptance = entry["answers"], entry["acceptance"]
         overall = (acceptance.get("groups") or {}).get("all prompts") or {}
         lines.append(f"| `{name}` | {versions_text(entry['versions'])} | {_answers_cell(answers, entry['prompts'])} | "
-                     f"{_num(overall.get('previous'))} -> {_num(overall.get('current'))} | {_verdict_cell(entry)} | "
+                     f"{_pair([overall.get('previous'), overall.get('current')], '.2f')} | {_verdict_cell(entry)} | "
                      f"{_speed_cell(entry['speed'])} |")
     return lines + ["", "Acceptance: a one-sided sign test over the prompts whose greedy acceptance changed, all "
                         "prompts and each prompt class, and a pooled drop threshold; by position and class: "
@@ -116,16 +116,13 @@ def _cell(text: Any) -> str:
     return str(text).replace("<", "&lt;").replace("|", "\\|")[:200]
 
 
-def _num(value: Any) -> str:
-    return f"{value:.2f}" if isinstance(value, (int, float)) else "n/a"
-
-
 def _answers_cell(answers: dict[str, Any], prompts: dict[str, int]) -> str:
     notes = answers["changed, both runs agree with their baselines"]
-    changed = [f"{len(notes)} changed with their baseline ({', '.join(n['prompt'] for n in notes[:3])})" if notes else "",
+    changed = [f"{len(notes)} changed as their baseline's did ({', '.join(n['prompt'] for n in notes[:3])})"
+               if notes else "",
                f"{answers['changed, already a finding']} now a finding" if answers["changed, already a finding"] else "",
                f"{answers['changed, fixed since']} fixed" if answers["changed, fixed since"] else ""]
-    skipped = prompts["compared"] and sum(v for k, v in prompts.items() if k != "compared")
+    skipped = sum(v for k, v in prompts.items() if k != "compared")
     return (f"{answers['unchanged']}/{prompts['compared']} unchanged" + "".join(f"; {c}" for c in changed if c)
             + (f"; {skipped} prompt(s) not in both runs alike, skipped" if skipped else ""))
 
@@ -136,7 +133,7 @@ def _verdict_cell(entry: dict[str, Any]) -> str:
     groups = entry["acceptance"].get("groups") or {}
     overall = groups.get("all prompts") or {}
     if "p_value" not in overall:
-        return "no test (the answers state no drafting counters)"
+        return "no test: " + _cell(entry["acceptance"]["why"].partition(", so")[0])
     found = entry.get("regression")
     row = groups[found["details"]["regressed"][0]] if found else overall
     if not row["changed"]:
@@ -152,15 +149,13 @@ def _verdict_cell(entry: dict[str, Any]) -> str:
 
 
 def _speed_cell(levels: list[dict[str, Any]]) -> str:
+    """"c=1: 89 -> 83 (107 -> 99), load 15.0 -> 14.6": the candidate's throughput, the baseline's, the load average."""
     if not levels:
         return "not measured in both runs"
-    return "; ".join(f"c={s['concurrency']}: {_tok(s['throughput_tok_s'])} ({_tok(s['baseline_throughput_tok_s'])}), "
-                     f"load {'/'.join(_load(x) for x in s['load_avg_1m'])}" for s in levels)
+    return "; ".join(f"c={s['concurrency']}: {_pair(s['throughput_tok_s'], '.0f')} "
+                     f"({_pair(s['baseline_throughput_tok_s'], '.0f')}), load "
+                     f"{_pair([sum(v) / len(v) if v else None for v in s['load_avg_1m']], '.1f')}" for s in levels)
 
 
-def _tok(pair: list[Any]) -> str:
-    return " -> ".join(f"{v:.0f}" if isinstance(v, (int, float)) else "n/a" for v in pair)
-
-
-def _load(values: Any) -> str:
-    return "-".join(f"{v:g}" for v in values) if values else "n/a"
+def _pair(values: list[Any], spec: str) -> str:
+    return " -> ".join(format(v, spec) if isinstance(v, (int, float)) else "n/a" for v in values)

@@ -100,7 +100,10 @@ def compare_candidate(current: Mapping[str, Any], previous: Mapping[str, Any], n
                "only in this run": sum(1 for k in now if k not in then),
                "only in the previous run": sum(1 for k in then if k not in now)}
     acceptance = (acceptance_test({k: now[k] for k in same}, {k: then[k] for k in same}, alpha=alpha)
-                  or profile_comparison(current, previous, name))
+                  or profile_comparison(current, previous, name, why=(
+                      "the answers state no drafting counters (or none drafted)" if same else
+                      "no greedy prompt was judged alike in both runs (other prompts, -k, or a run without "
+                      "greedy_answer records)")))
     entry = {"compared": True, "versions": dict(versions), "prompts": prompts,
              "answers": answer_changes(now, then, same), "acceptance": acceptance,
              "speed": speed_changes(current, previous, name)}
@@ -178,8 +181,9 @@ def position_changes(then: Sequence[Sequence], now: Sequence[Sequence]) -> dict[
                         for i in range(width)]}
 
 
-def profile_comparison(current: Mapping[str, Any], previous: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """No answer states its drafting: the run-wide profile and the per-class profiles side by side, no test."""
+def profile_comparison(current: Mapping[str, Any], previous: Mapping[str, Any], name: str, *,
+                       why: str) -> dict[str, Any]:
+    """No prompt-by-prompt test (`why`): the run-wide profile and the per-class profiles side by side."""
     def classes(report):
         profile = ((report.get("by_class") or {}).get("acceptance") or {}).get(name) or {}
         return {_class(c): c for c in profile.get("classes", [])}
@@ -190,8 +194,8 @@ def profile_comparison(current: Mapping[str, Any], previous: Mapping[str, Any], 
     rows = {ALL_PROMPTS: {"previous": length(previous), "current": length(current)}}
     rows.update({c: {"previous": then[c].get("mean_acceptance_length"), "current": now[c].get("mean_acceptance_length")}
                  for c in sorted(now) if c in then})
-    return {"test": "none: the answers state no drafting counters, so no prompt-by-prompt test could be made; the "
-                    "run-wide profiles are shown side by side", "groups": rows}
+    return {"test": "none", "why": f"{why}, so no prompt-by-prompt test could be made; the run-wide profiles are "
+                                   f"shown side by side", "groups": rows}
 
 
 def speed_changes(current: Mapping[str, Any], previous: Mapping[str, Any], name: str) -> list[dict[str, Any]]:

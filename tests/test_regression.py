@@ -115,7 +115,7 @@ def test_answers_without_counters_get_the_profiles_and_no_test():
     now.update(by_class=profile, acceptance={"c": {"mean_acceptance_length": 2.0}})
     then.update(by_class=profile, acceptance={"c": {"mean_acceptance_length": 3.0}})
     entry = candidate(now, then)
-    assert entry["acceptance"]["test"].startswith("none: the answers state no drafting counters")
+    assert entry["acceptance"]["why"].startswith("the answers state no drafting counters")
     assert entry["acceptance"]["groups"]["all prompts"] == {"previous": 3.0, "current": 2.0}
     assert entry["acceptance"]["groups"]["fixture/math"] == {"previous": 3.1, "current": 3.1}
     assert entry["regression"] is None
