@@ -120,8 +120,8 @@ def _answers_cell(answers: dict[str, Any], prompts: dict[str, int]) -> str:
     notes = answers["changed, both runs agree with their baselines"]
     changed = [f"{len(notes)} changed as their baseline's did ({', '.join(n['prompt'] for n in notes[:3])})"
                if notes else "",
-               f"{answers['changed, already a finding']} now a finding" if answers["changed, already a finding"] else "",
-               f"{answers['changed, fixed since']} fixed" if answers["changed, fixed since"] else ""]
+               f"{answers['changed, already a finding']} now a finding" if answers["changed, already a finding"]
+               else "", f"{answers['changed, fixed since']} fixed" if answers["changed, fixed since"] else ""]
     skipped = sum(v for k, v in prompts.items() if k != "compared")
     return (f"{answers['unchanged']}/{prompts['compared']} unchanged" + "".join(f"; {c}" for c in changed if c)
             + (f"; {skipped} prompt(s) not in both runs alike, skipped" if skipped else ""))

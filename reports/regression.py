@@ -206,13 +206,13 @@ def speed_changes(current: Mapping[str, Any], previous: Mapping[str, Any], name:
         measured = (found[-1].get("rows") or {}) if found else {}
         return {side: {r["concurrency"]: r for r in measured.get(side, [])} for side in ("candidate", "baseline")}
     now, then = rows(current), rows(previous)
-    levels = sorted(set(now["candidate"]) & set(then["candidate"]))
-    return [{"concurrency": c,
-             "throughput_tok_s": [then["candidate"][c].get("throughput_tok_s"), now["candidate"][c].get("throughput_tok_s")],
-             "baseline_throughput_tok_s": [(then["baseline"].get(c) or {}).get("throughput_tok_s"),
-                                           (now["baseline"].get(c) or {}).get("throughput_tok_s")],
-             "load_avg_1m": [then["candidate"][c].get("load_avg_1m"), now["candidate"][c].get("load_avg_1m")]}
-            for c in levels]
+
+    def both(side, level, key):
+        return [(then[side].get(level) or {}).get(key), (now[side].get(level) or {}).get(key)]
+    return [{"concurrency": c, "throughput_tok_s": both("candidate", c, "throughput_tok_s"),
+             "baseline_throughput_tok_s": both("baseline", c, "throughput_tok_s"),
+             "load_avg_1m": both("candidate", c, "load_avg_1m")}
+            for c in sorted(set(now["candidate"]) & set(then["candidate"]))]
 
 
 def regression_entry(name: str, entry: Mapping[str, Any], *, previous_run: str) -> dict[str, Any] | None:
@@ -236,7 +236,7 @@ def versions_text(versions: Mapping[str, str]) -> str:
     """"llama.cpp b6543 -> b6600": the candidate's engine in both runs, its name once when it is the same."""
     before, after = versions.get("previous", "?"), versions.get("current", "?")
     engine = before.partition(" ")[0]
-    return f"{before} -> {after.removeprefix(engine + ' ') if after.startswith(engine + ' ') else after}"
+    return f"{before} -> {after.removeprefix(engine + ' ')}"
 
 
 def regression_gaps(comparison: Mapping[str, Any] | None, route: str | None = None) -> list[Gap]:

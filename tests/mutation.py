@@ -86,7 +86,8 @@ class Mutant:
     @property
     def route_name(self) -> str:
         base = self.fault or "plant_" + re.sub(r"\W+", "_", self.plant).strip("_")
-        return base if self.expect in ("caught", "class-gap", "regression") else f"{base}_{self.expect.replace('-', '_')}"
+        named_alike = ("caught", "class-gap", "regression")
+        return base if self.expect in named_alike else f"{base}_{self.expect.replace('-', '_')}"
 
     def uri(self) -> str:
         options = ((("fault", self.fault),) if self.fault else (("plant", self.plant),)) + self.options + self.engine

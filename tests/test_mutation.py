@@ -312,8 +312,8 @@ def test_mutation_row_leaves_a_repro_that_reproduces_only_the_fault(mutation_run
     """The row's repro script, alone (python3 + httpx, only the servers' addresses), exits 1 against the faulty
     engine and 0 against the correct one at the same attempts (the script's own: a load schedule is replayed up to
     100 times, and the correct engine must pass every one), with the embedded AR baseline as the control. (A
-    class-gap or regression row has no request to resend: its evidence is the engine's own acceptance counters. The near-tie row's run
-    judged against a noisy baseline; against that one the script rightly says "the baseline shows it too": a
+    class-gap or regression row has no request to resend: its evidence is the engine's own acceptance counters. The
+    near-tie row's run judged against a noisy baseline; against that one the script rightly says "the baseline shows it too": a
     split at a near-tie is what a noisy baseline does as well. Against an exact baseline the split is the
     candidate's alone, and the script tells the noisy candidate from the correct one.)"""
     result = mutation_runs[mutant.group]
