@@ -3,13 +3,19 @@
 The first divergence is what a maintainer needs: the position, both tokens with their
 text, the shared prefix, and both tails. Length differences count: a candidate that stops
 early or runs past the baseline's EOS diverges at the shorter length.
+
+Each judged pair also leaves its answer record (`answer_record`): the candidate's ids, the baseline's where
+they differ, and the candidate answer's own drafting counters where the engine states them, so a later run
+compares its answers and its acceptance with this one's prompt by prompt (--compare-to, reports/regression.py).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from spec_route_suite.routes.base import Completion
+from spec_route_suite.routes.base import Completion, Request
 
 Decode = Callable[[Sequence[int]], str]
 TAIL_TOKENS = 16
@@ -79,3 +85,22 @@ def compare_greedy(*, baseline: Completion, candidate: Completion, decode: Decod
         baseline_finish=baseline.finish_reason,
         candidate_finish=candidate.finish_reason,
     )
+
+
+def request_digest(req: Request) -> str:
+    """What makes two runs' greedy requests the same: the prompt (ids and chat messages), the length and the stops."""
+    shape = [list(req.prompt_ids), req.messages, req.max_tokens, list(req.stop)]
+    return hashlib.sha256(json.dumps(shape, default=str).encode()).hexdigest()[:16]
+
+
+def answer_record(req: Request, *, baseline: Completion, candidate: Completion) -> dict[str, Any]:
+    """One greedy pair, compactly: the candidate's ids (the baseline's only where they differ) and, where the engine
+    states them per answer, the candidate answer's drafting counters (steps that drafted, accepted tokens, accepted
+    by draft position): greedy drafting is deterministic for a stateless drafter, so they compare across runs."""
+    record: dict[str, Any] = {"request": request_digest(req), "ids": list(candidate.token_ids),
+                              "finish": candidate.finish_reason}
+    if list(baseline.token_ids) != record["ids"] or baseline.finish_reason != candidate.finish_reason:
+        record.update(baseline_ids=list(baseline.token_ids), baseline_finish=baseline.finish_reason)
+    if candidate.draft_steps is not None:
+        record["drafting"] = [candidate.draft_steps, candidate.accepted_tokens or 0, list(candidate.accepted_per_pos)]
+    return record

@@ -23,7 +23,9 @@ few chat prompts as messages to both routes and judges them the same way; a mult
 is judged turn by turn, each later turn asked after the baseline's answer to the one before.
 
 A prompt from the user's sources is sent with its own max_tokens and stop strings; every judged prompt
-leaves a `class_outcome` measurement (its source, category and outcome) for the report's per-class table.
+leaves a `class_outcome` measurement (its source, category and outcome) for the report's per-class table, and a
+`greedy_answer` one (the answer's ids and its own drafting counters: equivalence/greedy.py answer_record) that a
+later run's --compare-to compares with its own, prompt by prompt (reports/regression.py).
 
 A server that returns no token ids is compared at text level (spec_route_suite/routes/textlevel.py):
 both outputs re-tokenized from their text, the finding and a "comparison" measurement saying so.
@@ -36,7 +38,7 @@ import pytest
 
 from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.divergence import classify_divergence
-from spec_route_suite.equivalence.greedy import compare_greedy, exposure
+from spec_route_suite.equivalence.greedy import answer_record, compare_greedy, exposure
 from spec_route_suite.equivalence.near_tie_rate import DETECT_EXCESS, Exposure, RateVerdict
 from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
 from spec_route_suite.routes.base import Request
@@ -106,6 +108,9 @@ def judge_greedy(req, prompt, expected, actual, *, baseline, candidate, tokenize
                                 + (" (text-level: equal text with other token boundaries is invisible)"
                                    if is_text_level(expected, actual) else ""),
                    reason="" if tokens else f"vacuous: 0 tokens compared (both answers to {prompt.id} are empty)")
+    findings.measure("greedy_answer", check=check, route=candidate.name, baseline=baseline.name, prompt_id=prompt.id,
+                     source=prompt.source, category=prompt.category,
+                     **answer_record(req, baseline=expected, candidate=actual))
     divergence = compare_greedy(baseline=expected, candidate=actual, decode=tokenizer.decode)
     if divergence is None:
         class_outcome(findings, check, candidate.name, prompt, "match")

@@ -1,9 +1,16 @@
-"""Nightly comparison: what changed since a previous run, and a history line per run."""
+"""Nightly comparison: what changed since a previous run, and a history line per run.
+
+The findings diff (new, fixed, still failing), the run-wide acceptance length and the p-values that crossed 0.01;
+per candidate, its answers, its acceptance (an exact test, prompt by prompt) and its speed against the previous
+run's namesake (reports/regression.py), summarised one row per candidate.
+"""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from spec_route_suite.reports.regression import candidate_comparisons, versions_text
 
 HISTORY_FILE = "history.jsonl"
 
@@ -39,6 +46,7 @@ def compare_reports(current: dict[str, Any], previous: dict[str, Any]) -> dict[s
         "still_failing": [now[k]["title"] + f" ({k})" for k in sorted(set(now) & set(then))],
         "acceptance_length": acceptance,
         "p_value_crossings": p_changes,
+        "candidates": candidate_comparisons(current, previous),
     }
 
 
@@ -74,7 +82,80 @@ def render_comparison(comparison: dict[str, Any]) -> list[str]:
         lines.append(f"- **{label.replace('_', ' ')}** ({len(items)})" + ("" if items else ": none"))
         lines += [f"  - {item}" for item in items[:30]]
     for route, change in comparison["acceptance_length"].items():
-        lines.append(f"- acceptance length `{route}`: {change['previous']} -> {change['current']}")
+        if change["previous"] is not None or change["current"] is not None:   # a route that never speculated: none
+            lines.append(f"- acceptance length `{route}`: {change['previous']} -> {change['current']}")
     for key, change in comparison["p_value_crossings"].items():
         lines.append(f"- p-value crossed 0.01 `{key}`: {change['previous']:.3g} -> {change['current']:.3g}")
-    return lines + [""]
+    return lines + ["", *candidate_table(comparison.get("candidates") or {})]
+
+
+def candidate_table(candidates: dict[str, Any]) -> list[str]:
+    """One row per candidate: its engine in both runs, its greedy answers, its acceptance and what the test says,
+    its throughput at each level beside the baseline's (the machine's noise)."""
+    if not candidates:
+        return []
+    lines = ["| candidate | engine | greedy answers | acceptance length (all prompts) | acceptance test | "
+             "throughput tok/s (the baseline's), load average |", "|---|---|---|---|---|---|"]
+    for name, entry in candidates.items():
+        if not entry.get("compared"):
+            lines.append(f"| `{name}` | {versions_text(entry['versions']) if entry.get('versions') else '-'} | "
+                         f"not compared: {_cell(entry.get('why', ''))} | | | |")
+            continue
+        answers, acceptance = entry["answers"], entry["acceptance"]
+        overall = (acceptance.get("groups") or {}).get("all prompts") or {}
+        lines.append(f"| `{name}` | {versions_text(entry['versions'])} | {_answers_cell(answers, entry['prompts'])} | "
+                     f"{_pair([overall.get('previous'), overall.get('current')], '.2f')} | {_verdict_cell(entry)} | "
+                     f"{_speed_cell(entry['speed'])} |")
+    return lines + ["", "Acceptance: a one-sided sign test over the prompts whose greedy acceptance changed, all "
+                        "prompts and each prompt class, and a pooled drop threshold; by position and class: "
+                        "report.json `comparison.candidates`. Speed is reported, not judged.", ""]
+
+
+def _cell(text: Any) -> str:
+    """Text safe in a table cell: no HTML block, no column break."""
+    return str(text).replace("<", "&lt;").replace("|", "\\|")[:200]
+
+
+def _answers_cell(answers: dict[str, Any], prompts: dict[str, int]) -> str:
+    notes = answers["changed, both runs agree with their baselines"]
+    changed = [f"{len(notes)} changed as their baseline's did ({', '.join(n['prompt'] for n in notes[:3])})"
+               if notes else "",
+               f"{answers['changed, already a finding']} now a finding" if answers["changed, already a finding"]
+               else "", f"{answers['changed, fixed since']} fixed" if answers["changed, fixed since"] else ""]
+    skipped = sum(v for k, v in prompts.items() if k != "compared")
+    return (f"{answers['unchanged']}/{prompts['compared']} unchanged" + "".join(f"; {c}" for c in changed if c)
+            + (f"; {skipped} prompt(s) not in both runs alike, skipped" if skipped else ""))
+
+
+def _verdict_cell(entry: dict[str, Any]) -> str:
+    """"REGRESSION on all prompts, fixture/code: 10 of 10 changed prompts lower (p=0.00098), -18%, most at draft
+    position 4 (0.60 -> 0.00)", or "no regression (...)", or why no test was made."""
+    groups = entry["acceptance"].get("groups") or {}
+    overall = groups.get("all prompts") or {}
+    if "p_value" not in overall:
+        return "no test: " + _cell(entry["acceptance"]["why"].partition(", so")[0])
+    found = entry.get("regression")
+    row = groups[found["details"]["regressed"][0]] if found else overall
+    if not row["changed"]:
+        return f"no regression (all {row['prompts']} prompts drafted alike)"
+    said = f"{row['lower']} of {row['changed']} changed prompts lower (p={row['p_value']:.2g}), {-row['drop']:+.0%}"
+    if not found:
+        return f"no regression: {said}"
+    falls = [(a - b, i) for i, (a, b) in enumerate(zip(row["positions"]["previous"], row["positions"]["current"]))]
+    fall, at = max(falls, default=(0, 0))
+    return (f"**REGRESSION** on {_cell(', '.join(found['details']['regressed']))}: {said}"
+            + (f", most at draft position {at + 1} ({row['positions']['previous'][at]:.2f} -> "
+               f"{row['positions']['current'][at]:.2f})" if fall > 0 else ""))
+
+
+def _speed_cell(levels: list[dict[str, Any]]) -> str:
+    """"c=1: 89 -> 83 (107 -> 99), load 15.0 -> 14.6": the candidate's throughput, the baseline's, the load average."""
+    if not levels:
+        return "not measured in both runs"
+    return "; ".join(f"c={s['concurrency']}: {_pair(s['throughput_tok_s'], '.0f')} "
+                     f"({_pair(s['baseline_throughput_tok_s'], '.0f')}), load "
+                     f"{_pair([sum(v) / len(v) if v else None for v in s['load_avg_1m']], '.1f')}" for s in levels)
+
+
+def _pair(values: list[Any], spec: str) -> str:
+    return " -> ".join(format(v, spec) if isinstance(v, (int, float)) else "n/a" for v in values)

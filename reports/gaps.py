@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from spec_route_suite.reports.regression import REGRESSION_KIND
+
 WHY_CHARS = 110
 
 
@@ -45,6 +47,9 @@ KINDS: dict[str, Remedy] = {
     "baseline parity": Remedy("the baseline is not the candidate's model, tokenizer or dtype",
                               "serve both routes with the same model, tokenizer and dtype"),
     "baseline findings": Remedy("the baseline disagrees with itself", "fix or replace the baseline route first"),
+    REGRESSION_KIND: Remedy("greedy acceptance fell since the run --compare-to names (a sign test over the prompts)",
+                            "bisect the change between the two engine versions named (report.json `comparison` shows "
+                            "the classes and draft positions that fell)"),
 }
 
 # Causes the suite words in its reasons, most specific first: (pattern over the reason, remedy).

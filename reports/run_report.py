@@ -12,8 +12,10 @@ from spec_route_suite.reports.acceptance import (UNKNOWN, baseline_problems, spe
                                                  speculation_status)
 from spec_route_suite.reports.by_class import class_gaps, class_problems, class_report
 from spec_route_suite.reports.collector import RunCollector
+from spec_route_suite.reports.compare import compare_reports, load_report
 from spec_route_suite.reports.coverage import ANY_ROUTE, Gap, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
+from spec_route_suite.reports.regression import regression_gaps
 from spec_route_suite.routes.acceptance import summed_worker_profile
 from spec_route_suite.routes.traffic_acceptance import merged_bands
 
@@ -88,17 +90,9 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
                       "reason": f"{NOT_VERIFIED_PREFIX}: whether speculation ran on `{s['route']}`: {s['reason']}"}
                      for s in unknown]
     warnings = [p["warning"] for p in context["parity"] if p["warning"]]
-    gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name)
-    verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
-                                 error_findings=error_findings, not_verified=0,  # skips reach it as coverage gaps
-                                 complete=complete, problems=problems, gaps=gaps, speculation=leads)
-    per_route = {name: route_verdict(collector, name, candidates, coverage=coverage, context=context,
-                                     complete=complete, baseline_name=baseline_name, outcomes=outcomes)
-                 for name in candidates}
-    verdict, reason = headline_verdict((verdict, reason), per_route)
     from spec_route_suite import __version__
     from spec_route_suite.reports.matrix import coverage_matrix
-    report = collector.redact.data({
+    report = {
         "run_id": collector.run_id,
         "suite_version": __version__,
         "command": collector.command,
@@ -109,16 +103,12 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
         "complete": complete,
         "interrupted": collector.interrupted,
         "crashed_workers": collector.crashed_workers,
-        "verdict": verdict,
-        "verdict_reason": reason,
-        "route_verdicts": per_route,
         "config": collector.config_public,
         "counts": dict(counts),
         "checks": {check: dict(c) for check, c in sorted(per_check.items())},
         "tests": [o.__dict__ for o in sorted(outcomes, key=lambda o: o.nodeid)],
         "not_verified": not_verified,
         "coverage": table_dicts(coverage),
-        "gaps": gaps,
         "by_class": class_report(collector.measurements),
         "findings": findings,
         "measurements": collector.measurements,
@@ -129,7 +119,21 @@ def build_run_report(collector: RunCollector) -> dict[str, Any]:
                          *([collector.config_public["defaults_note"]] if collector.config_public.get("defaults_note")
                            else [])}),
         **context,
-    })
+    }
+    if collector.compare_to is not None:   # before the verdicts: a regression since that run keeps ADOPT away
+        report["comparison"] = compare_reports(report, load_report(collector.compare_to))
+    comparison = report.get("comparison")
+    gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name, comparison=comparison)
+    verdict, reason = verdict_of(failed=counts["failed"] + counts["error"], bug_findings=bug_findings,
+                                 error_findings=error_findings, not_verified=0,  # skips reach it as coverage gaps
+                                 complete=complete, problems=problems, gaps=gaps, speculation=leads)
+    per_route = {name: route_verdict(collector, name, candidates, coverage=coverage, context=context,
+                                     complete=complete, baseline_name=baseline_name, outcomes=outcomes,
+                                     comparison=comparison)
+                 for name in candidates}
+    verdict, reason = headline_verdict((verdict, reason), per_route)
+    report.update(verdict=verdict, verdict_reason=reason, route_verdicts=per_route, gaps=gaps)
+    report = collector.redact.data(report)
     report["matrix"] = coverage_matrix(report)
     return report
 
@@ -148,9 +152,10 @@ def client_machine() -> dict[str, Any]:
 
 
 def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *, baseline_name: str | None,
-                  route: str | None = None) -> list[str]:
+                  route: str | None = None, comparison: dict[str, Any] | None = None) -> list[str]:
     """What keeps the run (or, given `route`, that candidate) from "adopt" though everything that ran passed:
-    uncovered families, a partial prompt set, unproven speculation, weakening warnings, parity, baseline findings."""
+    uncovered families, a partial prompt set, unproven speculation, weakening warnings, parity, baseline findings,
+    an acceptance regression since the run --compare-to names."""
     def ours(name: str | None) -> bool:
         return route is None or name in (route, baseline_name)
     unknown = [s for s in context["speculation"] if s["status"] == UNKNOWN and ours(s["route"])]
@@ -167,7 +172,8 @@ def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *,
             *load_acceptance_gaps(collector.measurements, route),
             *tagged("warnings", evidence_warnings([f for f in collector.findings if ours(f.route)],
                                                   baseline_name=baseline_name)),
-            *tagged("baseline parity", (f"baseline parity: {w}" for w in warnings))]
+            *tagged("baseline parity", (f"baseline parity: {w}" for w in warnings)),
+            *regression_gaps(comparison, route)]
     if about_baseline:
         gaps.append(Gap(f"{len(about_baseline)} finding(s) about the baseline `{baseline_name}` itself "
                         f"(e.g. {about_baseline[0].check}: {about_baseline[0].title[:120]}): the reference the "
@@ -198,7 +204,7 @@ VERDICT_ORDER = ("adopt", "pilot", "wait", "avoid")
 
 def route_verdict(collector: RunCollector, name: str, candidates: Sequence[str], *, coverage,
                   context: dict[str, Any], complete: bool, baseline_name: str | None,
-                  outcomes: Sequence[Any]) -> dict[str, Any]:
+                  outcomes: Sequence[Any], comparison: dict[str, Any] | None = None) -> dict[str, Any]:
     """One candidate's verdict on its own evidence: a family verified on another candidate (a batching engine
     beside a serial one) does not make this one "adopt". What concerns the baseline or no particular route
     (its findings, failed tests, route errors) counts for every candidate."""
@@ -207,7 +213,8 @@ def route_verdict(collector: RunCollector, name: str, candidates: Sequence[str],
     failed = sum(1 for o in outcomes if o.outcome in ("failed", "error")
                  and route_of_test(o.nodeid, candidates) in (name, ANY_ROUTE))
     leads, problems = speculation_verdict_parts(collector, context, baseline_name=baseline_name, route=name)
-    gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name, route=name)
+    gaps = evidence_gaps(collector, coverage, context, baseline_name=baseline_name, route=name,
+                         comparison=comparison)
     verdict, reason = verdict_of(
         failed=failed, bug_findings=sum(1 for f in collector.findings if f.severity == "bug" and f.route == name),
         error_findings=errors, not_verified=0, complete=complete, problems=problems, gaps=gaps, speculation=leads)

@@ -7,7 +7,7 @@ from spec_route_suite.reports.collector import RunCollector
 from spec_route_suite.reports.atomic import write_text_atomic
 from spec_route_suite.reports.clusters import cluster_findings
 from spec_route_suite.reports.issues import write_issue_files
-from spec_route_suite.reports.compare import append_history, compare_reports, load_report
+from spec_route_suite.reports.compare import append_history
 from spec_route_suite.reports.render_html import render_html
 from spec_route_suite.reports.render_junit import render_junit
 from spec_route_suite.reports.render_markdown import render_summary
@@ -23,8 +23,6 @@ def write_run_folder(collector: RunCollector) -> dict:
     report["repro_scripts"] = write_repro_scripts(collector.run_dir, report, clusters, collector.redact.text)
     report["issue_files"] = write_issue_files(collector.run_dir, report, clusters, collector.redact.text)
     report["clusters"] = clusters
-    if collector.compare_to is not None:
-        report["comparison"] = compare_reports(report, load_report(collector.compare_to))
     write_text_atomic(collector.run_dir / "report.json", json.dumps(report, indent=2, sort_keys=True, default=str))
     write_text_atomic(collector.run_dir / "summary.md", collector.redact.text(render_summary(report)))
     write_text_atomic(collector.run_dir / "report.html", collector.redact.text(render_html(report)))

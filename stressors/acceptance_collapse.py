@@ -17,18 +17,56 @@ F4 as measured, by the number of prompts (the gate sends SPEED_PROMPTS): benchma
 only the prompts that share a draft batch, 3 to 7 of a gate's in the runs measured, so a gate it barely reaches
 passes (a limit of the instrument, stated in the README). A warning, not a bug: outputs are right. Only where the
 engine states each answer's drafting (llama.cpp's timings); elsewhere the speed table says "not stated".
+The same test of the same prompts in two conditions (acceptance_shift) judges a run against a previous one under
+--compare-to (reports/regression.py), where greedy acceptance is just as deterministic.
 Environment: none.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from scipy.stats import binomtest
 
 from spec_route_suite.reports.findings import Finding
 
 COLLAPSE_DROP = 0.10   # the pooled mean acceptance length at least this fraction below one at a time's
+
+
+@dataclass(frozen=True)
+class AcceptanceShift:
+    """The same greedy prompts' acceptance in two conditions (one at a time and loaded; last night's run and
+    tonight's): pooled mean acceptance lengths, and a one-sided sign test over the prompts whose acceptance changed."""
+
+    before: float       # pooled mean acceptance length in the first condition
+    after: float        # and in the second
+    lower: int          # prompts accepting fewer drafts in the second
+    prompts: int        # prompts stated in both
+    changed: int        # prompts whose acceptance differs between the two
+    p_value: float      # one-sided sign test over the prompts whose acceptance changed
+
+    @property
+    def drop(self) -> float:
+        """The pooled mean acceptance length's fall as a fraction of the first's (negative: it rose)."""
+        return 1 - self.after / self.before if self.before else 0.0
+
+    def dropped(self, alpha: float) -> bool:
+        """Lower by the sign test at `alpha` and by at least COLLAPSE_DROP pooled: a near-tie flip that costs one
+        prompt its block is neither."""
+        return self.p_value < alpha and self.after <= (1 - COLLAPSE_DROP) * self.before
+
+
+def acceptance_shift(before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]]) -> AcceptanceShift | None:
+    """Prompt by prompt ({prompt: (drafting steps, accepted tokens)}, steps > 0), over the prompts in both; None
+    when no prompt is."""
+    keys = [k for k in before if k in after]
+    if not keys:
+        return None
+    first, second = [_length(before[k]) for k in keys], [_length(after[k]) for k in keys]
+    return AcceptanceShift(before=_pooled(before, keys), after=_pooled(after, keys),
+                           lower=sum(b < a - 1e-9 for a, b in zip(first, second)),
+                           prompts=len(keys), changed=sum(abs(b - a) > 1e-9 for a, b in zip(first, second)),
+                           p_value=sign_p(second, first))
 
 
 @dataclass(frozen=True)
@@ -54,12 +92,12 @@ def _length(steps_accepted: Sequence[int]) -> float:
     return 1 + accepted / steps
 
 
-def _pooled(by_prompt: dict[str, Sequence[int]], keys) -> float:
+def _pooled(by_prompt: Mapping[str, Sequence[int]], keys) -> float:
     steps = sum(by_prompt[k][0] for k in keys)
     return 1 + sum(by_prompt[k][1] for k in keys) / steps if steps else 0.0
 
 
-def _sign_p(after: list[float], before: list[float]) -> float:
+def sign_p(after: Sequence[float], before: Sequence[float]) -> float:
     """One-sided: more of the changed prompts went down than a fair coin gives; 1.0 when none changed."""
     changed = [b - a for a, b in zip(before, after) if abs(b - a) > 1e-9]
     if not changed:
@@ -73,17 +111,10 @@ def collapses(rows: Sequence[dict[str, Any]], *, alpha: float) -> list[Collapse]
     higher = [r for r in rows if r["concurrency"] > 1]
     found = []
     for row in higher:
-        loaded = row.get("acceptance_by_prompt") or {}
-        keys = [k for k in alone if k in loaded]
-        if not keys:
-            continue
-        before, after = [_length(alone[k]) for k in keys], [_length(loaded[k]) for k in keys]
-        lower = sum(b < a - 1e-9 for a, b in zip(before, after))
-        changed = sum(abs(b - a) > 1e-9 for a, b in zip(before, after))
-        p_value = _sign_p(after, before)
-        pooled_alone, pooled_loaded = _pooled(alone, keys), _pooled(loaded, keys)
-        if p_value < alpha / len(higher) and pooled_loaded <= (1 - COLLAPSE_DROP) * pooled_alone:
-            found.append(Collapse(row["concurrency"], pooled_alone, pooled_loaded, lower, len(keys), changed, p_value))
+        shift = acceptance_shift(alone, row.get("acceptance_by_prompt") or {})
+        if shift is not None and shift.dropped(alpha / len(higher)):
+            found.append(Collapse(row["concurrency"], shift.before, shift.after, shift.lower, shift.prompts,
+                                  shift.changed, shift.p_value))
     return found
 
 

@@ -54,7 +54,9 @@ class Mutant:
     fault: str
     catcher: str
     expect: str = "caught"            # "caught": the catcher fails the route; "near-tie": reported, not failed;
-    # "class-gap": the verdict names a prompt class whose speculation accepted nothing (the route waits)
+    # "class-gap": the verdict names a prompt class whose speculation accepted nothing (the route waits);
+    # "regression": the run, --compare-to a run of the correct engine under the same names at the same budget, names
+    # an acceptance regression on the route and none on the correct engine beside it (its catcher records the counters)
     options: tuple[tuple[str, str], ...] = ()
     args: tuple[str, ...] = ()        # extra suite options for this row (after COMMON_ARGS: they win)
     engine: tuple[tuple[str, str], ...] = ()   # engine settings (a KV pool, a prefill chunk) the fault needs to act:
@@ -84,7 +86,8 @@ class Mutant:
     @property
     def route_name(self) -> str:
         base = self.fault or "plant_" + re.sub(r"\W+", "_", self.plant).strip("_")
-        return base if self.expect in ("caught", "class-gap") else f"{base}_{self.expect.replace('-', '_')}"
+        named_alike = ("caught", "class-gap", "regression")
+        return base if self.expect in named_alike else f"{base}_{self.expect.replace('-', '_')}"
 
     def uri(self) -> str:
         options = ((("fault", self.fault),) if self.fault else (("plant", self.plant),)) + self.options + self.engine
@@ -161,6 +164,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("batch_threshold", "batch-ramp"),
     # lossless, so no parity check can see it: the long class's drafts are all rejected, and the verdict names it
     Mutant("collapse_long_prompts", "class-acceptance", expect="class-gap"),
+    # lossless and invisible to every check of one run (its answers are the correct engine's): the greedy check records
+    # each answer's drafting, and only --compare-to, against the correct engine's run, sees the acceptance fall
+    Mutant("stale_last_draft", "greedy", expect="regression", args=("-k", "test_greedy_matches_baseline")),
     # families no engine fault aims at: a planted wrapper around the correct engine
     Mutant("", "seeds", plant="seed-ignored"),
     Mutant("", "streaming", plant="stream-divergence@3"),
@@ -335,6 +341,14 @@ def verdict_for(mutant: Mutant, result: SuiteResult) -> tuple[bool, str]:
         named = "accepted nothing on prompt class" in verdict.get("reason", "")
         return named and verdict.get("verdict") == "wait", (f"verdict {verdict.get('verdict')!r}: "
                                                             f"{verdict.get('reason', '')[:300]}")
+    if mutant.expect == "regression":
+        compared = (result.report.get("comparison") or {}).get("candidates") or {}
+        mine, control = compared.get(name) or {}, compared.get(CONTROL) or {}
+        ok = (bool(mine.get("regression")) and bool(control.get("compared")) and not control.get("regression")
+              and not result.caught(route=name, check=mutant.catcher))
+        return ok, (f"regression {'named' if mine.get('regression') else 'NOT named'} on the fault "
+                    f"({(mine.get('regression') or {}).get('summary', mine.get('why', ''))}), "
+                    f"{'also' if control.get('regression') else 'none'} on the correct engine")
     if mutant.expect == "near-tie":
         greedy = result.findings_for(name, check="greedy")
         bugs = [f for f in greedy if f.get("severity") in FAILING]
@@ -351,7 +365,8 @@ def other_catchers(mutant: Mutant, result: SuiteResult) -> list[str]:
     return sorted(c for c in checks if c and c != mutant.catcher and result.caught(route=name, check=c))
 
 
-EXPECTATION_LABELS = {"near-tie": " (near-tie, classify)", "class-gap": " (class named, wait)"}
+EXPECTATION_LABELS = {"near-tie": " (near-tie, classify)", "class-gap": " (class named, wait)",
+                      "regression": " (--compare-to names it)"}
 
 
 def format_table(rows: Sequence[Row], *, correct: str = "") -> str:

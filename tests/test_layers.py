@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "spec_route_suite.reports.server_words", "spec_route_suite.reports.acceptance",
                   "spec_route_suite.reports.by_class", "spec_route_suite.reports.parity",
                   "spec_route_suite.reports.matrix", "spec_route_suite.reports.compare",
+                  "spec_route_suite.reports.regression",
                   "spec_route_suite.reports.redact", "spec_route_suite.reports.atomic")),
     ("reports", ("spec_route_suite.reports.*",)),
     # the composition root: the pytest plugin, the CLI, the controller's phases, the pytest fixtures that hand

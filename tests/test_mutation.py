@@ -5,8 +5,10 @@ One subprocess runs the correct engine through every catcher family at the share
 named candidates of one routes file, two subprocesses at a time. A fault whose catcher the
 route suite does not have yet is an expected failure naming the issue that adds it.
 `pytest tests -k mutation -s` prints the table (fault, expected catcher, caught?, requests).
-Every row files exactly one issue for its fault (none for a near-tie or class-gap row) and leaves a repro: its
-catcher's finding cluster has a script that, run alone against the in-process server, exits 1 with the faulty
+A regression row (a lossless fault that only lowers acceptance) runs twice at its budget: the correct engine under the
+row's names, then the fault beside the correct engine, --compare-to that first run.
+Every row files exactly one issue for its fault (none for a near-tie, class-gap or regression row) and leaves a repro:
+its catcher's finding cluster has a script that, run alone against the in-process server, exits 1 with the faulty
 engine as the candidate and 0 with the correct one (the row's
 baseline served as the control); and every run folder's summary and issue files fit their limits, as does
 one report that pools every run's findings (50 and more).
@@ -39,7 +41,8 @@ FAMILY_ARGS: dict[str, tuple[str, ...]] = {}   # per-family suite options beyond
 TIMEOUT_S = 900
 RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2, "boundary": 2}   # longest runs start first
 NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
-CONTROLLED_EXPECTATIONS = ("caught", "class-gap")   # rows judged against the exact baseline, beside the correct engine
+CONTROLLED_EXPECTATIONS = ("caught", "class-gap", "regression")   # judged against the exact baseline, beside the
+# correct engine
 NOT_CLEAN = ("failed", "error", "skipped")           # outcomes the correct engine's tests must not have
 
 
@@ -115,6 +118,8 @@ def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
             candidates[CONTROL] = ms[0].control_uri()
         job = dict(candidate_uri=candidates, extra_args=args, paths=catcher_paths(ms[0]),
                    baseline_uri=default_baseline_uri(pair))
+        if expect == "regression":   # first the correct engine under the same names, at the same budget
+            job.update(previous={**{m.route_name: m.control_uri() for m in ms}, CONTROL: ms[0].control_uri()})
         if expect == "near-tie":
             job.update(extra_args=[*args, "--greedy-policy", "classify"], baseline_uri=NOISY_BASELINE)
         elif catcher == "near-tie":   # an excess of near-ties over a noisy baseline's own (the exact engine: none)
@@ -123,7 +128,13 @@ def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
 
     def run(key):
         name = "correct" if key == "correct" else f"{key[0]}-{key[1]}-{len(key[2])}-{len(key[3])}"
-        return key, run_route_suite(tmp_path=tmp_path_factory.mktemp(name), timeout_s=TIMEOUT_S, **jobs[key])
+        job = dict(jobs[key])
+        previous = job.pop("previous", None)
+        if previous is not None:   # a regression row: its run is --compare-to the correct engine's
+            before = run_route_suite(tmp_path=tmp_path_factory.mktemp(f"{name}-before"), timeout_s=TIMEOUT_S,
+                                     **{**job, "candidate_uri": previous})
+            job["extra_args"] = [*job["extra_args"], "--compare-to", str(before.run_dir)]
+        return key, run_route_suite(tmp_path=tmp_path_factory.mktemp(name), timeout_s=TIMEOUT_S, **job)
 
     order = sorted(jobs, key=lambda k: (k != "correct", -RUN_COST.get(k[0], 1) if k != "correct" else 0))
     with ThreadPoolExecutor(max_workers=2) as pool:  # two suite runs at a time: the 2-core budget
@@ -156,7 +167,8 @@ def table_rows(results) -> list[Row]:
         else:
             result = results[m.group]
             ok, _ = verdict_for(m, result)
-            row.status = ({"near-tie": "near-tie", "class-gap": "yes (wait)"}.get(m.expect, "yes") if ok else
+            row.status = ({"near-tie": "near-tie", "class-gap": "yes (wait)",
+                           "regression": "yes (--compare-to)"}.get(m.expect, "yes") if ok else
                           f"NO (known gap: {m.gap.split(':')[0]})" if m.gap else "NO")
             row.also = other_catchers(m, result)
             row.requests = result.requests(m.route_name)
@@ -203,7 +215,8 @@ def test_mutation_correct_engine_passes_every_catcher(mutation_runs):
 
 
 @pytest.mark.parametrize("group", sorted({m.group for m in MUTANTS if controlled(m.group)}),
-                         ids=lambda g: "-".join((g[0], *g[2], *(f"{k}{v}" for k, v in g[3]), *([g[4]] if g[4] else []))))
+                         ids=lambda g: "-".join((g[0], *([g[1]] if g[1] != "caught" else []), *g[2],
+                                                 *(f"{k}{v}" for k, v in g[3]), *([g[4]] if g[4] else []))))
 def test_mutation_correct_engine_passes_at_each_rows_budget(mutation_runs, group):
     """A row run at its own budget (more prompts, another TV, a -k selection) also runs the correct engine there:
     a fault caught at a budget where the correct engine would fail too proves nothing."""
@@ -258,7 +271,7 @@ def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
     assert ok, f"{mutant.label}: {why}\n{result.describe()}"
 
 
-NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap")   # rows that fail nothing: a near-tie, a named evidence gap
+NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap", "regression")   # rows that fail nothing: a near-tie, a gap, a warning
 
 
 @pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS])
@@ -316,13 +329,14 @@ def _repro_case(m: Mutant):
     return pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=f"known gap: {m.repro_gap}"), id=_case_id(m))
 
 
-@pytest.mark.parametrize("mutant", [_repro_case(m) for m in MUTANTS if catcher_paths(m) and m.expect != "class-gap"])
+@pytest.mark.parametrize("mutant", [_repro_case(m) for m in MUTANTS
+                                    if catcher_paths(m) and m.expect not in ("class-gap", "regression")])
 def test_mutation_row_leaves_a_repro_that_reproduces_only_the_fault(mutation_runs, servers, mutant: Mutant):
     """The row's repro script, alone (python3 + httpx, only the servers' addresses), exits 1 against the faulty
     engine and 0 against the correct one at the same attempts (the script's own: a load schedule is replayed up to
     100 times, and the correct engine must pass every one), with the embedded AR baseline as the control. (A
-    class-gap row has no request to resend: its evidence is the engine's own acceptance counters. The near-tie row's run
-    judged against a noisy baseline; against that one the script rightly says "the baseline shows it too": a
+    class-gap or regression row has no request to resend: its evidence is the engine's own acceptance counters. The
+    near-tie row's run judged against a noisy baseline; against that one the script rightly says "the baseline shows it too": a
     split at a near-tie is what a noisy baseline does as well. Against an exact baseline the split is the
     candidate's alone, and the script tells the noisy candidate from the correct one.)"""
     result = mutation_runs[mutant.group]
