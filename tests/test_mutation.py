@@ -39,7 +39,7 @@ FAMILY_ARGS: dict[str, tuple[str, ...]] = {}   # per-family suite options beyond
 TIMEOUT_S = 900
 RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2, "boundary": 2}   # longest runs start first
 NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
-CONTROLLED_EXPECTATIONS = ("caught", "class-gap")   # rows judged against the exact baseline, beside the correct engine
+CONTROLLED_EXPECTATIONS = ("caught", "class-gap", "warning")   # rows judged beside the correct engine
 NOT_CLEAN = ("failed", "error", "skipped")           # outcomes the correct engine's tests must not have
 
 
@@ -91,11 +91,12 @@ def mutation_runs(tmp_path_factory, worker_id, request):
 
 
 def _key_json(key):
-    return key if key == "correct" else [key[0], key[1], list(key[2]), [list(o) for o in key[3]], key[4]]
+    return key if key == "correct" else [key[0], key[1], list(key[2]), [list(o) for o in key[3]], key[4], key[5]]
 
 
 def _key(data):
-    return data if data == "correct" else (data[0], data[1], tuple(data[2]), tuple(tuple(o) for o in data[3]), data[4])
+    return data if data == "correct" else (data[0], data[1], tuple(data[2]), tuple(tuple(o) for o in data[3]), data[4],
+                                           data[5])
 
 
 def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
@@ -108,13 +109,13 @@ def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
         jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
                                paths=correct_paths)
     for group, ms in _groups(selected).items():
-        catcher, expect, row_args, _, pair = group
+        catcher, expect, row_args, _, pair, _ = group
         args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ()), *row_args]
         candidates = {m.route_name: m.uri() for m in ms}
         if controlled(group):   # the correct engine at this row's own budget, engine settings and pair, same run
             candidates[CONTROL] = ms[0].control_uri()
         job = dict(candidate_uri=candidates, extra_args=args, paths=catcher_paths(ms[0]),
-                   baseline_uri=default_baseline_uri(pair))
+                   baseline_uri=ms[0].baseline_uri())
         if expect == "near-tie":
             job.update(extra_args=[*args, "--greedy-policy", "classify"], baseline_uri=NOISY_BASELINE)
         elif catcher == "near-tie":   # an excess of near-ties over a noisy baseline's own (the exact engine: none)
@@ -134,8 +135,8 @@ def controlled(group: tuple) -> bool:
     """Runs whose budget, engine settings or pair are not the shared ones carry the correct engine (with the same
     engine settings, on the same pair) as a candidate (the near-tie run judges against a noisy baseline, where the
     correct engine's splits are near-ties by design: it has none)."""
-    _, expect, row_args, engine, pair = group
-    return bool(row_args or engine or pair) and expect in CONTROLLED_EXPECTATIONS
+    _, expect, row_args, engine, pair, baseline = group
+    return bool(row_args or engine or pair or baseline) and expect in CONTROLLED_EXPECTATIONS
 
 
 def correct_status(result: SuiteResult | None) -> str:
@@ -156,7 +157,8 @@ def table_rows(results) -> list[Row]:
         else:
             result = results[m.group]
             ok, _ = verdict_for(m, result)
-            row.status = ({"near-tie": "near-tie", "class-gap": "yes (wait)"}.get(m.expect, "yes") if ok else
+            row.status = ({"near-tie": "near-tie", "class-gap": "yes (wait)", "warning": "yes (pilot)"}.get(m.expect, "yes")
+                          if ok else
                           f"NO (known gap: {m.gap.split(':')[0]})" if m.gap else "NO")
             row.also = other_catchers(m, result)
             row.requests = result.requests(m.route_name)
@@ -258,7 +260,8 @@ def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
     assert ok, f"{mutant.label}: {why}\n{result.describe()}"
 
 
-NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap")   # rows that fail nothing: a near-tie, a named evidence gap
+NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap", "warning")   # rows that fail nothing: a near-tie, a named
+# evidence gap, a performance warning
 
 
 @pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS])
