@@ -9,8 +9,10 @@ alike whatever came before it: the same drafted and accepted tokens in the same 
 Where answers state their drafting (llama.cpp `timings`, SGLang `meta_info`, the in-process engines), PROMPTS greedy
 prompts are sent one at a time, then `history_size` other requests (as many as the server has slots, within
 HISTORY, so each slot has served another request since), then the prompts again in reverse order: each prompt's
-second answer follows other requests than its first. For a drafter without state any difference in a prompt's
-drafting between its two answers is a warning naming both requests. An n-gram drafter (llama.cpp's ngram-* types,
+second answer follows other requests than its first. For a drafter without state, a prompt whose accepted share of
+drafted tokens moves by more than TOLERANCE between its two answers is a warning naming both requests (on an idle
+server it does not move at all; other xdist workers' requests on a shared server may move a near-tie draft or two;
+llama.cpp#27852 moved it by 0.75). An n-gram drafter (llama.cpp's ngram-* types,
 vLLM's ngram and suffix, the reference engine's `drafter=ngram`) may keep state by design: its acceptance after
 other traffic is measured beside the first one, not judged; so is a drafter whose route states no method. Two
 answers to the same greedy request that differ are an output that depends on what came before: judged by the
@@ -28,6 +30,7 @@ from spec_route_suite.routes.base import Completion, Request
 CHECK = "draft-history"
 PROMPTS = 3
 MAX_TOKENS = 32
+TOLERANCE = 0.1          # accepted share of a prompt's drafted tokens its second answer may differ by
 HISTORY = (3, 8)          # other requests between a prompt's two answers: the server's slots, within these bounds
 STATEFUL = ("ngram", "n-gram", "suffix", "lookup", "lookahead")   # drafters that may keep state across requests
 STATELESS = ("draft", "eagle", "mtp", "dflash", "medusa", "nextn", "standalone", "assisted")
@@ -89,6 +92,11 @@ class HistoryPlan:
         """Every request in the order sent: the prompts, the others, the prompts again in reverse order."""
         return [*self.prompts, *self.history, *(self.again(p) for p in reversed(self.prompts))]
 
+    def positions(self) -> list[tuple[int, int]]:
+        """Each prompt's place in `order()`, first and again."""
+        ids = [r.request_id for r in self.order()]
+        return [(ids.index(p.request_id), ids.index(self.again(p).request_id)) for p in self.prompts]
+
 
 @dataclass(frozen=True)
 class Drafting:
@@ -101,6 +109,10 @@ class Drafting:
         if answer.draft_tokens is None:
             return None
         return cls(answer.draft_tokens, answer.accepted_tokens or 0, answer.draft_steps)
+
+    @property
+    def share(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
 
     def text(self) -> str:
         return (f"{self.accepted} of {self.drafted} drafted tokens accepted"
@@ -137,7 +149,8 @@ class PromptPair:
 
     @property
     def differs(self) -> bool:
-        return self.comparable and self.drafting[0] != self.drafting[1]
+        """Its accepted share moved by more than TOLERANCE between the two answers."""
+        return self.comparable and abs(self.drafting[0].share - self.drafting[1].share) > TOLERANCE
 
     def sentence(self) -> str:
         first, again = self.drafting
@@ -218,14 +231,15 @@ class HistoryVerdict:
                 f"e.g. {differing[0].sentence()}")
 
 
-def findings_of(verdict: HistoryVerdict, plan: HistoryPlan, judge) -> list[Finding]:
-    """The warning (drafting that differs) and, for each prompt answered differently the second time, a finding of
-    the severity `judge(pair)` gives it ((severity, why): the run's near-tie policy)."""
+def findings_of(verdict: HistoryVerdict, plan: HistoryPlan, judge, repro: dict | None = None) -> list[Finding]:
+    """The warning (drafting that differs, with `repro`: the requests in order) and, for each prompt answered
+    differently the second time, a finding of the severity `judge(pair)` gives it ((severity, why): the run's
+    near-tie policy)."""
     found = []
     if verdict.warning():
         found.append(Finding(check=CHECK, severity="warning", route=verdict.route, title=verdict.warning(),
                              details={"order": [r.request_id for r in plan.order()], "method": verdict.kind.method,
-                                      "prompts": [p.sentence() for p in verdict.differing]}))
+                                      "prompts": [p.sentence() for p in verdict.differing], "repro": repro}))
     for pair in verdict.answers_differ:
         severity, why = judge(pair)
         found.append(Finding(check=CHECK, severity=severity, route=verdict.route,

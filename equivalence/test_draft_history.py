@@ -15,8 +15,9 @@ from spec_route_suite.equivalence.draft_history import (CHECK, COULD_DETECT, MAX
                                                         pairs_of)
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.reports.repro_spec import draft_history_repro
 
-pytestmark = pytest.mark.check(CHECK)
+pytestmark = pytest.mark.check("draft-history")
 
 
 def test_drafting_does_not_depend_on_earlier_requests(candidate, baseline, tokenizer, fitted_prompts, suite_config,
@@ -34,9 +35,10 @@ def test_drafting_does_not_depend_on_earlier_requests(candidate, baseline, token
                              requests=len(answers))
     findings.measure("draft_history", **verdict.measurement())
     findings.cover(CHECK, candidate.name, **verdict.coverage())
+    repro = draft_history_repro(plan.order(), plan.positions(), candidate=candidate, baseline=baseline)
     for finding in findings_of(verdict, plan, lambda pair: near_tie_policy.judge(
             baseline=baseline, tokenizer=tokenizer, prompt_ids=pair.prompt_ids, expected=pair.first, got=pair.again,
-            max_tokens=MAX_TOKENS)):
+            max_tokens=MAX_TOKENS), repro=repro if verdict.warning() else None):
         findings.add(finding)
     if any(f.fails_route for f in findings.items):
         pytest.fail(f"'{candidate.name}': {findings.items[-1].title}", pytrace=False)

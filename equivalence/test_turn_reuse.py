@@ -13,8 +13,9 @@ from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.turn_reuse import (CHECK, CONVERSATIONS, COULD_DETECT, FOLLOW_UP, TURN_ONE_TOKENS,
                                                      TURN_TWO_TOKENS, ReuseVerdict, converse, not_applicable)
 from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.reports.repro_spec import turn_reuse_repro
 
-pytestmark = pytest.mark.check(CHECK)
+pytestmark = pytest.mark.check("turn-reuse")
 
 
 def test_turn_two_reuses_turn_one_as_the_baseline_does(candidate, baseline, tokenizer, fitted_prompts, suite_config,
@@ -34,6 +35,7 @@ def test_turn_two_reuses_turn_one_as_the_baseline_does(candidate, baseline, toke
                            tuple(converse(baseline, prompts, follow_up)))
     findings.measure("turn_reuse", **verdict.measurement())
     findings.cover(CHECK, candidate.name, **verdict.coverage())
-    warning = verdict.finding()
-    if warning is not None:
-        findings.add(warning)
+    if verdict.over and not verdict.reason():
+        findings.add(verdict.finding(repro=turn_reuse_repro([(o.first, o.second, t.first, t.second)
+                                                             for o, t, _ in verdict.over], tolerance=verdict.tolerance,
+                                                            candidate=candidate, baseline=baseline)))

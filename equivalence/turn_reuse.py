@@ -142,8 +142,9 @@ class ReuseVerdict:
                                    "baseline_cached": t.cached, "baseline_computed": t.computed,
                                    "excess": self.excess(o, t)} for o, t in zip(self.ours, self.theirs)]}
 
-    def finding(self) -> Finding | None:
-        """The warning, naming the conversation that computed the most beyond the baseline (None: none did)."""
+    def finding(self, repro: dict | None = None) -> Finding | None:
+        """The warning, naming the conversation that computed the most beyond the baseline, with `repro` (None: none
+        did)."""
         over = self.over
         if self.reason() or not over:
             return None
@@ -153,6 +154,6 @@ class ReuseVerdict:
                  f"{ours.second.request_id}: the candidate {ours.text()}, the baseline {theirs.text()} "
                  f"({excess} more; turn 1 answered {len(ours.answer.token_ids)} tokens)")
         return Finding(check=CHECK, severity="warning", route=self.route, title=title,
-                       details={"conversation": [ours.first.request_id, ours.second.request_id],
-                                "turn2_prompt_ids": list(ours.second.prompt_ids), "excess": excess,
-                                "tolerance": self.tolerance, "conversations": self.measurement()["conversations"]})
+                       details={"conversation": [ours.first.request_id, ours.second.request_id], "excess": excess,
+                                "tolerance": self.tolerance, "conversations": self.measurement()["conversations"],
+                                "repro": repro})

@@ -133,8 +133,8 @@ def verdict(*pairs, keeps_state=False):
 def test_the_verdict_on_synthetic_answers():
     alike = verdict((answer(), answer()), (answer(drafted=0, accepted=0), answer(drafted=0, accepted=0)))
     assert alike.coverage()["verified"] and not alike.warning() and alike.coverage()["ran"]["prompts compared"] == 1
-    worse = verdict((answer(), answer(accepted=1)), (answer(), answer()))
-    assert "1 of 2 greedy prompts" in worse.warning() and "again-0" in worse.warning()
+    worse = verdict((answer(), answer(accepted=1)), (answer(drafted=20, accepted=12), answer(drafted=20, accepted=11)))
+    assert "1 of 2 greedy prompts" in worse.warning() and "again-0" in worse.warning()   # 12 -> 11 of 20: within
     assert not verdict((answer(), answer(accepted=1)), keeps_state=True).warning()
     assert "measured" in verdict((answer(), answer(accepted=1)), keeps_state=None).reason()
     assert "no prompt was drafted" in verdict((answer(drafted=0, accepted=0),) * 2).reason()

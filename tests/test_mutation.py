@@ -31,7 +31,7 @@ from filelock import FileLock
 from spec_route_suite.reference.faults import FAULTS
 from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.mutation import (COMMON_ARGS, CONTROL, FAILING, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult,
-                            catcher_paths, correct_uri, default_baseline_uri, format_table, missing_reason,
+                            catcher_paths, correct_uri, format_table, missing_reason,
                             other_catchers, run_route_suite, verdict_for)
 from tests.report_limits import pooled_report_problems, run_folder_problems
 
@@ -157,8 +157,8 @@ def table_rows(results) -> list[Row]:
         else:
             result = results[m.group]
             ok, _ = verdict_for(m, result)
-            row.status = ({"near-tie": "near-tie", "class-gap": "yes (wait)", "warning": "yes (pilot)"}.get(m.expect, "yes")
-                          if ok else
+            labels = {"near-tie": "near-tie", "class-gap": "yes (wait)", "warning": "yes (pilot)"}
+            row.status = (labels.get(m.expect, "yes") if ok else
                           f"NO (known gap: {m.gap.split(':')[0]})" if m.gap else "NO")
             row.also = other_catchers(m, result)
             row.requests = result.requests(m.route_name)
@@ -298,8 +298,9 @@ def servers():
 
 
 def _row_cluster(mutant: Mutant, result: SuiteResult) -> dict | None:
-    """The catcher's finding cluster against the row's route (the near-tie row: its near-tie cluster)."""
-    severity = "near-tie" if mutant.expect == "near-tie" else "bug"
+    """The catcher's finding cluster against the row's route (a near-tie or warning row: its cluster of that
+    severity)."""
+    severity = mutant.expect if mutant.expect in ("near-tie", "warning") else "bug"
     return next((c for c in result.report.get("clusters", []) if c["route"] == mutant.route_name
                  and mutant.catcher in [row["check"] for row in c.get("checks") or [c]]
                  and c["severity"] == severity), None)
@@ -332,7 +333,7 @@ def test_mutation_row_leaves_a_repro_that_reproduces_only_the_fault(mutation_run
     cluster = _row_cluster(mutant, result)
     assert cluster and cluster.get("repro"), f"{mutant.label}: no repro for its finding: {cluster}"
     script = result.run_dir / cluster["repro"][0]
-    baseline = servers(default_baseline_uri(mutant.pair))
+    baseline = servers(mutant.baseline_uri())
     attempts = str(_repro_attempts(script))
     # the correct engine on the row's pair with the row's engine settings (a KV pool, a prefill chunk)
     for uri, code, extra in ((mutant.uri(), 1, ("--attempts", attempts)), (mutant.control_uri(), 0,

@@ -141,12 +141,14 @@ def test_other_drafters_and_k_keep_greedy_exact(loop, make, prompt_ids, ar_outpu
 
 def test_the_prompt_cache_serves_the_next_turn_and_keeps_greedy_exact(loop, make, ar, prompt_ids, ar_outputs):
     """prefix_cache=on: turn 2 (turn 1's prompt + answer + more) takes turn 1 from the cache and states it; a prompt
-    sent again is served from the cache up to its last token; every answer equals the AR route's, alone or in company."""
+    sent again is served from the cache up to its last token; every answer equals the AR route's, alone or in
+    company."""
     route = make(prefix_cache="on")
     names = subset(prompt_ids, 10)
     first = serially(loop, route, [greedy(prompt_ids[n]) for n in names])
     assert [same(out, ar_outputs[n]) for n, out in zip(names, first)] == [True] * len(names)
-    assert first[0].cached_tokens == 0 and serially(loop, make(), [greedy(prompt_ids[names[0]])])[0].cached_tokens is None
+    uncached = serially(loop, make(), [greedy(prompt_ids[names[0]])])[0]
+    assert first[0].cached_tokens == 0 and uncached.cached_tokens is None   # no prompt cache: nothing stated
     turns = [greedy(prompt_ids[n] + out.token_ids + (9, 10), 16) for n, out in zip(names, first)]
     for n, (turn, out) in enumerate(zip(turns, first)):
         served = serially(loop, route, [greedy(prompt_ids[names[n]]), turn])
