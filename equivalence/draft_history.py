@@ -63,6 +63,8 @@ def drafter_kind(inventory: Any, spec: Any = None) -> DrafterKind:
 
 
 def history_size(slots: Any) -> int:
+    """Other requests between a prompt's two answers: the server's stated slots (so that each slot serves another
+    request in between), within HISTORY."""
     low, high = HISTORY
     return min(max(slots if isinstance(slots, int) else 0, low), high)
 

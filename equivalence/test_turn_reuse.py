@@ -35,7 +35,8 @@ def test_turn_two_reuses_turn_one_as_the_baseline_does(candidate, baseline, toke
                            tuple(converse(baseline, prompts, follow_up)))
     findings.measure("turn_reuse", **verdict.measurement())
     findings.cover(CHECK, candidate.name, **verdict.coverage())
-    if verdict.over and not verdict.reason():
-        findings.add(verdict.finding(repro=turn_reuse_repro([(o.first, o.second, t.first, t.second)
-                                                             for o, t, _ in verdict.over], tolerance=verdict.tolerance,
-                                                            candidate=candidate, baseline=baseline)))
+    turns = [(o.first, o.second, t.first, t.second) for o, t, _ in verdict.over]
+    warning = verdict.finding(repro=turn_reuse_repro(turns, tolerance=verdict.tolerance, candidate=candidate,
+                                                     baseline=baseline))
+    if warning is not None:
+        findings.add(warning)

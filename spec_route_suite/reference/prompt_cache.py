@@ -9,10 +9,10 @@ engine show it, and its fault break it.
 
 One entry, like one llama.cpp slot: the tokens whose KV it holds and a checkpoint at the end of their prompt. Like
 the cache of a hybrid (recurrent) model, the entry serves a new context that starts with all of it, or else from its
-checkpoint, never from a point in between. It holds the prompt and the tokens returned; the fault
-`cache_keeps_drafts_past_end` keeps the drafts accepted past the answer's end too (llama.cpp#28049), so a next turn,
-which goes on from the returned answer, no longer starts with the whole entry and is served from the checkpoint only:
-every next turn computes the previous answer again.
+checkpoint, never from a point in between (but the last prompt token, always computed again). It holds the prompt
+and the tokens returned; the fault `cache_keeps_drafts_past_end` keeps the drafts accepted past the answer's end too
+(llama.cpp#28049), so a next turn, which goes on from the returned answer, no longer starts with the whole entry and
+is served from the checkpoint only: every next turn computes the previous answer again.
 Environment: none.
 """
 from __future__ import annotations
