@@ -34,8 +34,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 # Every check family the route suite has (pytest.mark.check in equivalence/ and stressors/).
 FAMILIES = ("greedy", "near-tie", "logprobs", "boundary", "streaming", "seeds", "distribution", "features", "chat",
-            "agentic", "spec-path", "class-acceptance", "mixing", "batch-invariance", "accuracy", "task-accuracy",
-            "aborts", "prefix-cache", "kv-pressure", "batch-ramp")
+            "agentic", "spec-path", "class-acceptance", "draft-history", "turn-reuse", "mixing", "batch-invariance",
+            "accuracy", "task-accuracy", "aborts", "prefix-cache", "kv-pressure", "batch-ramp")
 STRESSOR_FAMILIES = ("mixing", "batch-invariance", "accuracy", "task-accuracy", "aborts", "prefix-cache", "kv-pressure",
                      "batch-ramp")
 VERIFIED, NOT_VERIFIED, NOT_APPLICABLE, NOT_SUPPORTED, FAILED, NOT_RUN = (

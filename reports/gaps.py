@@ -94,6 +94,15 @@ CAUSES: tuple[tuple[str, Remedy], ...] = (
                                                                     "a server that returns logprobs by token id")),
     (r"lacks capability|lacks \w+, so|does not support|refuses \w+ requests",
      Remedy("the route lacks the capability", "a route that offers it, or accept the gap")),
+    (r"may keep n-gram state", Remedy("an n-gram drafter may keep state across requests: measured, not judged",
+                                      "read its acceptance after other requests in report.json (draft_history)")),
+    (r"states no drafting method", Remedy("the route states no drafting method", "declare options.method (e.g. "
+                                                                                  "draft-model, eagle3, ngram)")),
+    (r"no prompt was drafted for", Remedy("the prompts were not drafted for", "see the run's speculation status")),
+    (r"cached prompt tokens|no prefix cache|no AR reuse",
+     Remedy("no cached prompt tokens to compare turn 2 by", "a candidate and a baseline that both cache prompts and "
+                                                           "state it (usage.prompt_tokens_details, llama.cpp "
+                                                           "timings.cache_n)")),
     (r"does not state|states no|nobody states|not stated|no .* boundary",
      Remedy("the server does not state the limit", "declare it in the route's options (README: engine limits)")),
     (r"no concurrency level above 1", Remedy("no concurrency above 1", "--concurrency 1,8,32")),

@@ -48,6 +48,10 @@ JUDGES = {
     "error": "the request fails on the candidate (control: the baseline answers it)",
     "spec_path": "the family's requests draft nothing while plain requests draft, by the server's per-answer counters "
                  "(control: the baseline shows the same pattern)",
+    "draft_history": "a greedy prompt answered alike before and after other requests drafts differently, by the "
+                     "server's per-answer counters (control: the baseline drafts its prompts alike)",
+    "turn_reuse": "turn 2 of a conversation computes more prompt tokens than the baseline's beyond the tolerance, by "
+                  "the cached prompt tokens each server states (the baseline is the comparison)",
 }
 
 
@@ -179,6 +183,10 @@ def _requests(case: dict[str, Any]) -> list[dict[str, Any]]:
         return [step["request"] for step in case["steps"]]
     if "family" in case:   # spec_path: plain requests, then the family's
         return [*case["plain"], *case["family"]]
+    if "order" in case:    # draft_history: every request in the order sent
+        return case["order"]
+    if "conversations" in case:   # turn_reuse: each conversation's two turns
+        return [c[turn] for c in case["conversations"] for turn in ("turn1", "turn2")]
     return [case[k] for k in ("plain", "stream", "request") if k in case]
 
 

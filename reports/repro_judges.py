@@ -432,6 +432,46 @@ async def judge_spec_path(case, cand, base, attempts):
     return outcome(ours, theirs, [line_c, line_b])
 
 
+async def judge_draft_history(case, cand, base, attempts):
+    """A greedy prompt answered alike before and after other requests, drafted differently (the server's
+    per-answer drafted and accepted tokens); control: the baseline drafts its pairs alike (an AR one drafts none)."""
+    async def differing(server, side):
+        got = [await server.send(request[side]) for request in case["order"]]
+        lines = [f"{server.name}: request {i} {got[i]['accepted']} of {got[i]['drafted']} drafted tokens accepted, "
+                 f"the same prompt again as request {j} (after other requests) {got[j]['accepted']} of "
+                 f"{got[j]['drafted']}" for i, j in case["pairs"] if view(got[i], "ids") == view(got[j], "ids")
+                 and (got[i]["drafted"], got[i]["accepted"]) != (got[j]["drafted"], got[j]["accepted"])]
+        return lines
+    ours = await differing(cand, "candidate")
+    theirs = await differing(base, "baseline")
+    return outcome(ours, theirs, ours + theirs or ["every prompt drafted alike before and after other requests"])
+
+
+async def judge_turn_reuse(case, cand, base, attempts):
+    """Turn 2 of a conversation computes more prompt tokens (its prompt less those the server took from its cache)
+    than the baseline's turn 2 does, beyond the tolerance; the baseline is the comparison itself, so it shows
+    nothing. A server that states no cached tokens cannot show it (not reproduced, and said so)."""
+    async def computed(server, conversation, side):
+        await server.send(conversation["turn1"][side])
+        got = await server.send(conversation["turn2"][side])
+        prompt = got["prompt"] if got["prompt"] is not None else len(conversation["turn2"][side]["body"]["prompt"])
+        return None if got["cached"] is None else prompt - got["cached"], got
+    lines, found = [], False
+    for n, conversation in enumerate(case["conversations"]):
+        ours, c = await computed(cand, conversation, "candidate")
+        theirs, b = await computed(base, conversation, "baseline")
+        if ours is None or theirs is None:
+            lines.append(f"conversation {n}: a server states no cached prompt tokens (candidate {c['cached']}, "
+                         f"baseline {b['cached']}): nothing to compare")
+            continue
+        over = ours - theirs > case["tolerance"]
+        found = found or over
+        lines.append(f"conversation {n}: turn 2 computed {ours} prompt tokens on the candidate, {theirs} on the "
+                     f"baseline" + (f": more than {case['tolerance']} beyond it" if over else ""))
+    return outcome(found, False, lines)
+
+
 JUDGES = {"parity": judge_parity, "stream": judge_stream, "repeat": judge_repeat, "logprobs": judge_logprobs,
           "choices": judge_choices, "rule": judge_rule, "distribution": judge_distribution, "load": judge_load,
-          "error": judge_error, "spec_path": judge_spec_path}
+          "error": judge_error, "spec_path": judge_spec_path, "draft_history": judge_draft_history,
+          "turn_reuse": judge_turn_reuse}

@@ -126,3 +126,21 @@ def spec_path_repro(plain: Sequence[Request], family: Sequence[Request], *, fami
     return _block("spec_path", {"plain": [pair(r, candidate=candidate, baseline=baseline) for r in plain],
                                 "family": [pair(r, candidate=candidate, baseline=baseline) for r in family],
                                 "family_name": family_name}, candidate=candidate, baseline=baseline)
+
+
+def draft_history_repro(order: Sequence[Request], pairs: Sequence[tuple[int, int]], *, candidate,
+                        baseline) -> dict[str, Any]:
+    """The requests in the order sent; each pair (i, j) is one greedy prompt sent at i and again at j, after other
+    requests: its answers must draft alike (per-answer counters: llama.cpp's timings, the in-process server's)."""
+    return _block("draft_history", {"order": [pair(r, candidate=candidate, baseline=baseline) for r in order],
+                                    "pairs": [list(p) for p in pairs]}, candidate=candidate, baseline=baseline)
+
+
+def turn_reuse_repro(turns: Sequence[tuple[Request, Request, Request, Request]], *, tolerance: int, candidate,
+                     baseline) -> dict[str, Any]:
+    """Two-turn conversations (candidate turn 1, turn 2, baseline turn 1, turn 2: each turn 2 goes on from that
+    route's own answer): turn 2 must compute no more than `tolerance` prompt tokens beyond the baseline's."""
+    return _block("turn_reuse", {"conversations": [
+        {"turn1": pair(c1, candidate=candidate, baseline=baseline, baseline_req=b1),
+         "turn2": pair(c2, candidate=candidate, baseline=baseline, baseline_req=b2)} for c1, c2, b1, b2 in turns],
+        "tolerance": tolerance}, candidate=candidate, baseline=baseline)

@@ -35,7 +35,8 @@ ISSUE_TITLES = {
 }
 # the check family -> the issue that adds it (greedy itself is the foundation's)
 FAMILY_ISSUE = {"greedy": 2, "near-tie": 4, "boundary": 4, "logprobs": 4, "distribution": 5, "mixing": 6, "features": 14,
-                "spec-path": 23, "kv-pressure": 23, "batch-ramp": 23, "agentic": 24}
+                "spec-path": 23, "kv-pressure": 23, "batch-ramp": 23, "agentic": 24, "draft-history": 43,
+                "turn-reuse": 43}
 # pairs other than the default one, by name: a row on one runs its candidates and baseline on that pair
 PAIRS = {"pair2": ROOT / "fixtures" / "models" / "pair2"}
 # one budget for every run, so "the correct engine passes" is claimed at the budget the faults are caught at
@@ -57,6 +58,7 @@ class Mutant:
     # "class-gap": the verdict names a prompt class whose speculation accepted nothing (the route waits);
     # "regression": the run, --compare-to a run of the correct engine under the same names at the same budget, names
     # an acceptance regression on the route and none on the correct engine beside it (its catcher records the counters)
+    # "warning": a performance fault with unchanged answers, a warning of the catcher's family (the route pilots)
     options: tuple[tuple[str, str], ...] = ()
     args: tuple[str, ...] = ()        # extra suite options for this row (after COMMON_ARGS: they win)
     engine: tuple[tuple[str, str], ...] = ()   # engine settings (a KV pool, a prefill chunk) the fault needs to act:
@@ -65,6 +67,7 @@ class Mutant:
     plant: str = ""                   # a planted wrapper (plant=...) instead of an engine fault
     gap: str = ""                     # a known gap: the row is an expected failure until the named work lands
     repro_gap: str = ""               # why its repro script cannot reproduce it against the in-process server
+    baseline: str = ""                # the baseline route URI when not the pair's AR hf route (one with a prompt cache)
 
     @property
     def name(self) -> str:
@@ -72,9 +75,9 @@ class Mutant:
         return self.fault or f"plant={self.plant}"
 
     @property
-    def group(self) -> tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...], str]:
+    def group(self) -> tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...], str, str]:
         """Rows with the same group share one route-suite run (one candidate each)."""
-        return self.catcher, self.expect, self.args, self.engine, self.pair
+        return self.catcher, self.expect, self.args, self.engine, self.pair, self.baseline
 
     @property
     def label(self) -> str:
@@ -86,7 +89,7 @@ class Mutant:
     @property
     def route_name(self) -> str:
         base = self.fault or "plant_" + re.sub(r"\W+", "_", self.plant).strip("_")
-        named_alike = ("caught", "class-gap", "regression")
+        named_alike = ("caught", "class-gap", "regression", "warning")
         return base if self.expect in named_alike else f"{base}_{self.expect.replace('-', '_')}"
 
     def uri(self) -> str:
@@ -96,6 +99,9 @@ class Mutant:
     def control_uri(self) -> str:
         """The correct engine with this row's engine settings (on its pair)."""
         return control_uri(self.engine, self.pair)
+
+    def baseline_uri(self) -> str:
+        return self.baseline or default_baseline_uri(self.pair)
 
 
 def correct_uri(pair: str = "") -> str:
@@ -167,6 +173,11 @@ MUTANTS: tuple[Mutant, ...] = (
     # lossless and invisible to every check of one run (its answers are the correct engine's): the greedy check records
     # each answer's drafting, and only --compare-to, against the correct engine's run, sees the acceptance fall
     Mutant("stale_last_draft", "greedy", expect="regression", args=("-k", "test_greedy_matches_baseline")),
+    # performance faults with unchanged answers (issue #43): a warning of their family keeps the route from adopt
+    Mutant("drafter_state_carried", "draft-history", expect="warning"),
+    # against the engine's own AR twin with the same prompt cache (the hf baseline has none to compare turn 2 with)
+    Mutant("cache_keeps_drafts_past_end", "turn-reuse", expect="warning", engine=(("prefix_cache", "on"),),
+           baseline="reference:?drafter=none&prefix_cache=on"),
     # families no engine fault aims at: a planted wrapper around the correct engine
     Mutant("", "seeds", plant="seed-ignored"),
     Mutant("", "streaming", plant="stream-divergence@3"),
@@ -336,6 +347,11 @@ class Row:
 def verdict_for(mutant: Mutant, result: SuiteResult) -> tuple[bool, str]:
     """(as expected?, why) for one mutant in a finished run."""
     name = mutant.route_name
+    if mutant.expect == "warning":
+        warned = [f for f in result.findings_for(name, check=mutant.catcher) if f.get("severity") == "warning"]
+        verdict = (result.report.get("route_verdicts") or {}).get(name) or {}
+        return bool(warned) and verdict.get("verdict") == "pilot", (f"{len(warned)} {mutant.catcher} warning(s), "
+                                                                    f"verdict {verdict.get('verdict')!r}")
     if mutant.expect == "class-gap":
         verdict = (result.report.get("route_verdicts") or {}).get(name) or {}
         named = "accepted nothing on prompt class" in verdict.get("reason", "")
@@ -366,7 +382,7 @@ def other_catchers(mutant: Mutant, result: SuiteResult) -> list[str]:
 
 
 EXPECTATION_LABELS = {"near-tie": " (near-tie, classify)", "class-gap": " (class named, wait)",
-                      "regression": " (--compare-to names it)"}
+                      "regression": " (--compare-to names it)", "warning": " (warning, pilot)"}
 
 
 def format_table(rows: Sequence[Row], *, correct: str = "") -> str:

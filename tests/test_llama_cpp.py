@@ -274,6 +274,53 @@ def test_repro_script_resends_the_native_request_and_judges_the_real_server(hand
         outcomes["shorter"].stdout + outcomes["shorter"].stderr
 
 
+def _run_check(test, **kwargs):
+    """A route-suite test function against real handles, with the embedded pair's prompts sized into 512 positions;
+    (outcome, its coverage record, its findings, its measurements)."""
+    from tests.test_greedy_routes import Sink, fitted_prompts, suite_config, tokenizer
+    sink = Sink()
+    try:
+        test(tokenizer=tokenizer(), fitted_prompts=fitted_prompts(), suite_config=suite_config(), findings=sink,
+             **kwargs)
+        outcome = "passed"
+    except pytest.skip.Exception as skipped:
+        outcome = f"skipped: {skipped}"
+    covered = [data for name, data in sink.measurements if name == "coverage"]
+    return outcome, covered[0] if covered else {}, sink.items, dict(sink.measurements)
+
+
+def test_turn_two_reuses_the_slot_cache_on_the_speculative_servers_as_on_the_ar_server(handles):
+    """turn-reuse against real llama.cpp servers (plain /completion with cache_prompt, timings.cache_n): each
+    speculative server's turn 2 takes turn 1 from its slot's cache as the AR server does, within the tolerance
+    (llama.cpp#28049 showed on a hybrid model; this tiny Llama's KV cache rolls back token by token). The check is
+    verified (every answer states cache_n, the AR server reused turn 1) and, if the servers keep accepted drafts past
+    the end in the cache, the warning names the conversation."""
+    import spec_route_suite.equivalence.test_turn_reuse as suite
+    for name in SPECULATIVE:
+        outcome, record, found, measured = _run_check(suite.test_turn_two_reuses_turn_one_as_the_baseline_does,
+                                                      candidate=handles[name], baseline=handles["baseline"])
+        conversations = measured["turn_reuse"]["conversations"]
+        assert outcome == "passed" and record.get("verified"), (name, outcome, record, conversations)
+        assert all(c["baseline_cached"] > 0 and c["cached"] is not None for c in conversations), conversations
+        assert not found, (name, [f.title for f in found], conversations)
+
+
+def test_drafting_after_other_requests_on_the_real_servers(handles):
+    """draft-history against real llama.cpp servers (4 slots: 4 other requests between a prompt's two answers):
+    draft-simple (a draft model, no state across requests) drafts each greedy prompt alike and is verified without a
+    warning; ngram-simple (an n-gram drafter) is measured, not judged."""
+    import spec_route_suite.equivalence.test_draft_history as suite
+    from tests.test_draft_history import NoJudge
+    results = {name: _run_check(suite.test_drafting_does_not_depend_on_earlier_requests, candidate=handles[name],
+                                baseline=handles["baseline"], near_tie_policy=NoJudge()) for name in SPECULATIVE}
+    outcome, record, found, measured = results["draft_simple"]
+    assert outcome == "passed" and record.get("verified") and not found, (outcome, record, found, measured)
+    assert record["ran"] == {"prompts compared": 3, "requests": 10}, record
+    outcome, record, found, measured = results["ngram_simple"]
+    assert outcome == "passed" and not found and "may keep n-gram state" in record.get("reason", ""), record
+    assert measured["draft_history"]["keeps_state"] is True, measured
+
+
 # ---------------------------------------------------------------- the same servers behind plain openai: routes
 OPENAI_PRESET = REPO_ROOT / "routes" / "llama-cpp-openai.toml"
 

@@ -33,7 +33,7 @@ from filelock import FileLock
 from spec_route_suite.reference.faults import FAULTS
 from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.mutation import (COMMON_ARGS, CONTROL, FAILING, MUTANTS, NOISY_SEEDS, Mutant, Row, SuiteResult,
-                            catcher_paths, correct_uri, default_baseline_uri, format_table, missing_reason,
+                            catcher_paths, correct_uri, format_table, missing_reason,
                             other_catchers, run_route_suite, verdict_for)
 from tests.report_limits import pooled_report_problems, run_folder_problems
 
@@ -41,8 +41,7 @@ FAMILY_ARGS: dict[str, tuple[str, ...]] = {}   # per-family suite options beyond
 TIMEOUT_S = 900
 RUN_COST = {"distribution": 10, "mixing": 3, "greedy": 2, "boundary": 2}   # longest runs start first
 NOISY_BASELINE = f"reference:?fault=logit_noise&seed={NOISY_SEEDS[0]}"
-CONTROLLED_EXPECTATIONS = ("caught", "class-gap", "regression")   # judged against the exact baseline, beside the
-# correct engine
+CONTROLLED_EXPECTATIONS = ("caught", "class-gap", "regression", "warning")   # rows judged beside the correct engine
 NOT_CLEAN = ("failed", "error", "skipped")           # outcomes the correct engine's tests must not have
 
 
@@ -94,11 +93,12 @@ def mutation_runs(tmp_path_factory, worker_id, request):
 
 
 def _key_json(key):
-    return key if key == "correct" else [key[0], key[1], list(key[2]), [list(o) for o in key[3]], key[4]]
+    return key if key == "correct" else [key[0], key[1], list(key[2]), [list(o) for o in key[3]], key[4], key[5]]
 
 
 def _key(data):
-    return data if data == "correct" else (data[0], data[1], tuple(data[2]), tuple(tuple(o) for o in data[3]), data[4])
+    return data if data == "correct" else (data[0], data[1], tuple(data[2]), tuple(tuple(o) for o in data[3]), data[4],
+                                           data[5])
 
 
 def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
@@ -111,13 +111,13 @@ def _run_all(tmp_path_factory, selected: set[Mutant], correct: bool) -> dict:
         jobs["correct"] = dict(candidate_uri={"correct": "reference:"}, extra_args=[*COMMON_ARGS, *extra],
                                paths=correct_paths)
     for group, ms in _groups(selected).items():
-        catcher, expect, row_args, _, pair = group
+        catcher, expect, row_args, _, pair, _ = group
         args = [*COMMON_ARGS, *FAMILY_ARGS.get(catcher, ()), *row_args]
         candidates = {m.route_name: m.uri() for m in ms}
         if controlled(group):   # the correct engine at this row's own budget, engine settings and pair, same run
             candidates[CONTROL] = ms[0].control_uri()
         job = dict(candidate_uri=candidates, extra_args=args, paths=catcher_paths(ms[0]),
-                   baseline_uri=default_baseline_uri(pair))
+                   baseline_uri=ms[0].baseline_uri())
         if expect == "regression":   # first the correct engine under the same names, at the same budget
             job.update(previous={**{m.route_name: m.control_uri() for m in ms}, CONTROL: ms[0].control_uri()})
         if expect == "near-tie":
@@ -145,8 +145,8 @@ def controlled(group: tuple) -> bool:
     """Runs whose budget, engine settings or pair are not the shared ones carry the correct engine (with the same
     engine settings, on the same pair) as a candidate (the near-tie run judges against a noisy baseline, where the
     correct engine's splits are near-ties by design: it has none)."""
-    _, expect, row_args, engine, pair = group
-    return bool(row_args or engine or pair) and expect in CONTROLLED_EXPECTATIONS
+    _, expect, row_args, engine, pair, baseline = group
+    return bool(row_args or engine or pair or baseline) and expect in CONTROLLED_EXPECTATIONS
 
 
 def correct_status(result: SuiteResult | None) -> str:
@@ -167,8 +167,9 @@ def table_rows(results) -> list[Row]:
         else:
             result = results[m.group]
             ok, _ = verdict_for(m, result)
-            row.status = ({"near-tie": "near-tie", "class-gap": "yes (wait)",
-                           "regression": "yes (--compare-to)"}.get(m.expect, "yes") if ok else
+            labels = {"near-tie": "near-tie", "class-gap": "yes (wait)", "regression": "yes (--compare-to)",
+                      "warning": "yes (pilot)"}
+            row.status = (labels.get(m.expect, "yes") if ok else
                           f"NO (known gap: {m.gap.split(':')[0]})" if m.gap else "NO")
             row.also = other_catchers(m, result)
             row.requests = result.requests(m.route_name)
@@ -271,7 +272,8 @@ def test_mutation_fault_is_caught_by_its_check(mutation_runs, mutant: Mutant):
     assert ok, f"{mutant.label}: {why}\n{result.describe()}"
 
 
-NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap", "regression")   # rows that fail nothing: a near-tie, a gap, a warning
+NOT_FILED_EXPECTATIONS = ("near-tie", "class-gap", "regression", "warning")   # rows that fail nothing: a near-tie, a
+# named evidence gap, a performance warning
 
 
 @pytest.mark.parametrize("mutant", [_case(m) for m in MUTANTS])
@@ -308,8 +310,9 @@ def servers():
 
 
 def _row_cluster(mutant: Mutant, result: SuiteResult) -> dict | None:
-    """The catcher's finding cluster against the row's route (the near-tie row: its near-tie cluster)."""
-    severity = "near-tie" if mutant.expect == "near-tie" else "bug"
+    """The catcher's finding cluster against the row's route (a near-tie or warning row: its cluster of that
+    severity)."""
+    severity = mutant.expect if mutant.expect in ("near-tie", "warning") else "bug"
     return next((c for c in result.report.get("clusters", []) if c["route"] == mutant.route_name
                  and mutant.catcher in [row["check"] for row in c.get("checks") or [c]]
                  and c["severity"] == severity), None)
@@ -343,7 +346,7 @@ def test_mutation_row_leaves_a_repro_that_reproduces_only_the_fault(mutation_run
     cluster = _row_cluster(mutant, result)
     assert cluster and cluster.get("repro"), f"{mutant.label}: no repro for its finding: {cluster}"
     script = result.run_dir / cluster["repro"][0]
-    baseline = servers(default_baseline_uri(mutant.pair))
+    baseline = servers(mutant.baseline_uri())
     attempts = str(_repro_attempts(script))
     # the correct engine on the row's pair with the row's engine settings (a KV pool, a prefill chunk)
     for uri, code, extra in ((mutant.uri(), 1, ("--attempts", attempts)), (mutant.control_uri(), 0,

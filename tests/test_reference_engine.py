@@ -129,13 +129,34 @@ def test_greedy_equals_target_ar_in_a_changing_concurrent_batch(loop, ref, promp
     assert ref.batcher.steps > steps
 
 
-@pytest.mark.parametrize("drafter, k", [("argmax", 2), ("ngram", 3), ("model", 7)])
+@pytest.mark.parametrize("drafter, k", [("argmax", 2), ("ngram", 3), ("model", 7), ("none", 4)])
 def test_other_drafters_and_k_keep_greedy_exact(loop, make, prompt_ids, ar_outputs, drafter, k):
     route = make(drafter=drafter, k=k)
     names = [n for i, n in enumerate(prompt_ids) if i % 5 == 0]
     outs = together(loop, route, [greedy(prompt_ids[n]) for n in names])
     bad = [n for n, out in zip(names, outs) if not same(out, ar_outputs[n])]
     assert not bad, f"drafter={drafter} k={k}: greedy differs from AR on {bad}"
+    assert all(out.draft_tokens == 0 for out in outs) == (drafter == "none")   # none: the engine's own AR twin
+
+
+def test_the_prompt_cache_serves_the_next_turn_and_keeps_greedy_exact(loop, make, ar, prompt_ids, ar_outputs):
+    """prefix_cache=on: turn 2 (turn 1's prompt + answer + more) takes turn 1 from the cache and states it; a prompt
+    sent again is served from the cache up to its last token; every answer equals the AR route's, alone or in
+    company."""
+    route = make(prefix_cache="on")
+    names = subset(prompt_ids, 10)
+    first = serially(loop, route, [greedy(prompt_ids[n]) for n in names])
+    assert [same(out, ar_outputs[n]) for n, out in zip(names, first)] == [True] * len(names)
+    uncached = serially(loop, make(), [greedy(prompt_ids[names[0]])])[0]
+    assert first[0].cached_tokens == 0 and uncached.cached_tokens is None   # no prompt cache: nothing stated
+    turns = [greedy(prompt_ids[n] + out.token_ids + (9, 10), 16) for n, out in zip(names, first)]
+    for n, (turn, out) in enumerate(zip(turns, first)):
+        served = serially(loop, route, [greedy(prompt_ids[names[n]]), turn])
+        assert served[1].cached_tokens >= len(prompt_ids[names[n]]) + len(out.token_ids) - 1, served[1]
+        assert same(served[1], serially(loop, ar, [turn])[0])
+    again = together(loop, route, [greedy(prompt_ids[n]) for n in names])
+    assert [same(out, ar_outputs[n]) for n, out in zip(names, again)] == [True] * len(names)
+    assert serially(loop, route, [greedy(prompt_ids[names[0]])] * 2)[1].cached_tokens == len(prompt_ids[names[0]]) - 1
 
 
 # -- the serving contract ---------------------------------------------------------------------
@@ -224,6 +245,7 @@ def test_inventory_names_engine_draft_k_and_fault(loop, make):
                                         ("reference:?mix_rate=2", "candidate.mix_rate"),
                                         ("reference:?max_batch=0", "candidate.max_batch"),
                                         ("reference:?noise=-1", "candidate.noise"),
+                                        ("reference:?prefix_cache=yes", "candidate.prefix_cache"),
                                         ("reference:?fualt=kv_no_rollback", "candidate.fualt")])
 def test_bad_options_name_their_field(uri, field):
     from spec_route_suite.reference import engine_config_from_spec

@@ -106,8 +106,9 @@ def _json_or_text(text):
 
 
 def answer(body):
-    """{ids, text, finish, usage, logprobs, choices, reasoning, tool_calls, drafted} of an OpenAI completion or
-    chat answer, SGLang's /generate or llama.cpp's /completion answer (ids None when the server returns none)."""
+    """{ids, text, finish, usage, logprobs, choices, reasoning, tool_calls, drafted, accepted, cached, prompt} of an
+    OpenAI completion or chat answer, SGLang's /generate or llama.cpp's /completion answer (ids None when the server
+    returns none; drafted, accepted, cached and prompt None where it does not say)."""
     if isinstance(body, list):
         body = body[0] if body else {}
     choices = body.get("choices")
@@ -116,6 +117,7 @@ def answer(body):
     if usage is None:
         usage = (body.get("meta_info") or {}).get("completion_tokens", body.get("tokens_predicted"))
     return {**parsed[0], "usage": usage, "tool_calls": _joined_calls(parsed[0]["tool_calls"]), "drafted": _drafted(body),
+            "accepted": _accepted(body), **_prompt_cache(body),
             "choices": [p["ids"] if p["ids"] is not None else p["text"] for p in parsed]}
 
 
@@ -127,6 +129,30 @@ def _drafted(body):
         return int(drafts[0] or 0)
     meta = body.get("meta_info") or {}
     return int(meta["spec_verify_ct"]) if isinstance(meta.get("spec_verify_ct"), (int, float)) else None
+
+
+def _accepted(body):
+    """Drafted tokens accepted for this answer where the server says (llama.cpp's timings.draft_n_accepted)."""
+    drafts = llama_cpp_drafts(body)
+    return None if drafts is None else int(drafts[1] or 0)
+
+
+def _number(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _prompt_cache(body):
+    """{cached, prompt}: the answer's prompt tokens taken from the server's cache and its prompt tokens, where it
+    says (usage.prompt_tokens and prompt_tokens_details.cached_tokens; llama.cpp's timings.cache_n and
+    tokens_evaluated; SGLang's meta_info)."""
+    usage, timings, meta = (body.get(k) if isinstance(body.get(k), dict) else {} for k in ("usage", "timings",
+                                                                                          "meta_info"))
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    cached = next((v for v in (_number(details.get("cached_tokens")), _number(timings.get("cache_n")),
+                               _number(meta.get("cached_tokens"))) if v is not None), None)
+    prompt = next((v for v in (_number(usage.get("prompt_tokens")), _number(body.get("tokens_evaluated")),
+                               _number(meta.get("prompt_tokens"))) if v is not None), None)
+    return {"cached": cached, "prompt": prompt}
 
 
 def fold(events):
