@@ -159,3 +159,24 @@ def _speed_cell(levels: list[dict[str, Any]]) -> str:
 
 def _pair(values: list[Any], spec: str) -> str:
     return " -> ".join(format(v, spec) if isinstance(v, (int, float)) else "n/a" for v in values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m spec_route_suite.reports.compare RUN/report.json`: the run's comparison with its previous run as
+    summary.md has it (the nightly recipe prints it last); exit 4 when the run was not --compare-to another."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m spec_route_suite.reports.compare RUN_DIR/report.json", file=sys.stderr)
+        return 4
+    path = Path(args[0])
+    report = json.loads((path / "report.json" if path.is_dir() else path).read_text())
+    if not report.get("comparison"):
+        print(f"{path}: this run was not compared with a previous one (--compare-to RUN_DIR)", file=sys.stderr)
+        return 4
+    print("\n".join(render_comparison(report["comparison"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

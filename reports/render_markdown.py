@@ -27,6 +27,7 @@ ENGINE_NOTES_SHOWN = 6
 NOTES_SHOWN = 6
 LINE_CHARS = 200
 CELL_CHARS = 200     # no table cell or bullet longer
+NOTE_CHARS = 320     # a note names what it did to which prompts: room for both
 
 
 def _cut(text: str, limit: int = LINE_CHARS) -> str:
@@ -228,7 +229,7 @@ def _notes(report: dict[str, Any]) -> list[str]:
     notes = report.get("notes") or []
     if not notes:
         return []
-    return ["## Notes", "", *[f"- {_md(_cut(n))}" for n in notes[:NOTES_SHOWN]],
+    return ["## Notes", "", *[f"- {_md(_cut(n, NOTE_CHARS))}" for n in notes[:NOTES_SHOWN]],
             *([f"- ... and {len(notes) - NOTES_SHOWN} more in report.json"] if len(notes) > NOTES_SHOWN else []), ""]
 
 

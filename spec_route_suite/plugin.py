@@ -80,7 +80,7 @@ def _configuration(config: pytest.Config, invocation_dir: Path, *, controller: b
     with problems.field():
         suite = suite_config_from_options(given, invocation_dir=invocation_dir)
     unmanaged = suite is not None and not suite.routes.setting("servers")
-    if unmanaged and controller and not config.getoption("no_preflight"):
+    if unmanaged and controller and _preflight_wanted(config):
         _fail_unreachable(suite)   # a server that is not there: one line now, before the prompts and torch load
     if suite is not None:
         from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
@@ -96,6 +96,11 @@ def _configuration(config: pytest.Config, invocation_dir: Path, *, controller: b
     except ConfigError as exc:
         raise pytest.UsageError(f"bad configuration: {exc}") from None
     return suite, prompts
+
+
+def _preflight_wanted(config: pytest.Config) -> bool:
+    """The preflight talks to the servers: not when asked not to, nor for a run that sends nothing (--collect-only)."""
+    return not config.getoption("no_preflight") and not config.getoption("collectonly")
 
 
 def _fail_unreachable(suite) -> None:
@@ -277,7 +282,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(f"bad configuration: {exc}") from None
     except ServerError as exc:  # the routes are not there: the run cannot judge them
         raise pytest.UsageError(f"preflight: managed servers did not start: {exc}") from None
-    if not config.getoption("no_preflight"):
+    if _preflight_wanted(config):
         _preflight(config, suite)
 
 

@@ -26,6 +26,9 @@ from spec_route_suite.servers.inprocess import Engine, _Handler, _Server, build_
 from tests.hostile_shapes import BODY_SHAPES, STREAM_SHAPES, Reply
 
 
+PREFLIGHT_ID = "preflight"   # the suite's first-contact request: never damaged, so a run reaches the checks under test
+
+
 @dataclass
 class FaultPlan:
     """Which requests get which shape: `share` of each kind, in the order of `body_shapes` / `stream_shapes`."""
@@ -53,7 +56,7 @@ class FaultPlan:
         """The shape for this request, round-robin over the damaged ones (deterministic, not random:
         n requests of a kind with share 1.0 get the first n shapes in order)."""
         shapes, share = (self.stream_shapes, self.stream_share) if stream else (self.body_shapes, self.share)
-        if not stream and request_id.startswith(self.spare):
+        if not stream and request_id.startswith((*self.spare, PREFLIGHT_ID)):
             return None
         with self._lock:
             n = self.counts[stream]

@@ -200,7 +200,7 @@ def test_small_context_route_gets_no_request_it_must_refuse(tmp_path, small_serv
     assert trimmed and "2 long" in trimmed[0], report["notes"]
     assert any(n.startswith("stressors: canary workload sized") for n in report["notes"]), report["notes"]
     summary = next((tmp_path / "out").glob("*/summary.md")).read_text()
-    assert trimmed[0] in summary
+    assert trimmed[0] in summary, summary
 
 
 @pytest.mark.parametrize("workers, selection, max_context, words", [

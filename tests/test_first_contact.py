@@ -91,7 +91,8 @@ def test_a_tokenizer_that_is_not_the_servers_exits_4_naming_both_counts(tmp_path
 
 def test_the_right_tokenizer_passes_the_preflight_and_the_header_names_the_engine(tmp_path, pair2_servers):
     routes = [f"openai:{url}?model=p2&tokenizer={PAIR2 / 'target'}" for url in pair2_servers]
-    result = run_cli(tmp_path, "--baseline", routes[0], "--candidate", routes[1], "--collect-only")
+    result = run_cli(tmp_path, "--baseline", routes[0], "--candidate", routes[1], "-k", "test_greedy_matches_baseline",
+                     "--prompt-limit", "1", "--categories", "math")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"spec-route-suite candidate 'candidate': openai {pair2_servers[1]} model p2, vllm" in result.stdout
 
@@ -197,7 +198,8 @@ def test_a_failing_run_ends_with_avoid_and_its_top_cause(tmp_path):
 def test_an_interrupted_run_still_ends_with_its_verdict(tmp_path):
     if CLI is None:
         pytest.fail("the spec-route-suite console script is not on PATH")
-    proc = subprocess.Popen([CLI, "-p", "no:xdist", "-k", "test_greedy_matches_baseline", "--categories", "math"],
+    # the whole route suite on one category, serially: minutes of work, so the interrupt lands mid-run
+    proc = subprocess.Popen([CLI, "-p", "no:xdist", "--categories", "math"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
     for line in proc.stdout:   # interrupt once tests are passing

@@ -283,14 +283,16 @@ def test_server_and_client_are_apart_and_a_managed_servers_log_is_attached(tmp_p
 
 
 def test_a_run_against_closed_ports_writes_no_issue_file(tmp_path):
-    """End to end (a real run, the greedy check on one prompt): both routes' ports are closed; the run records its
-    route errors and writes its folder, and no issue file ("cannot connect" before any answer is configuration)."""
+    """End to end (a real run, the greedy check on one prompt): both routes' ports are closed and the preflight is
+    skipped (with it the run ends at once, exit 4); the run records its route errors and writes its folder, and no
+    issue file ("cannot connect" before any answer is configuration)."""
     from spec_route_suite.routes.spec import EMBEDDED_MODELS
     from tests.mutation import run_route_suite
 
     def closed(port: int) -> str:
         return f"openai:http://127.0.0.1:{port}/v1?model=m&tokenizer={EMBEDDED_MODELS / 'target'}&timeout=5"
-    result = run_route_suite({"cand": closed(10)}, ["--prompt-limit", "1", "--categories", "math"], tmp_path,
+    result = run_route_suite({"cand": closed(10)}, ["--prompt-limit", "1", "--categories", "math", "--no-preflight"],
+                             tmp_path,
                              paths=["equivalence/test_greedy.py"], baseline_uri=closed(9), timeout_s=600)
     report = result.report
     assert report and [f for f in report["findings"] if f["severity"] == "error"], result.describe()

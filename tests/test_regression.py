@@ -12,6 +12,8 @@ Environment: none.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from spec_route_suite.reports.collector import RunCollector, WorkerState
@@ -179,3 +181,9 @@ def test_planted_regression_warns_and_the_correct_engine_rerun_beside_it_does_no
     assert "acceptance regression" in verdicts["planted"]["reason"]
     assert not [g for g in verdicts["clean"]["gaps"] if g["kind"] == REGRESSION_KIND]
     assert "**REGRESSION**" in (after.run_dir / "summary.md").read_text()
+    printed = subprocess.run([sys.executable, "-m", "spec_route_suite.reports.compare", str(after.run_dir)],
+                             capture_output=True, text=True, timeout=60)   # the nightly recipe's last command
+    assert printed.returncode == 0 and "| `planted` |" in printed.stdout and "**REGRESSION**" in printed.stdout
+    unpaired = subprocess.run([sys.executable, "-m", "spec_route_suite.reports.compare", str(before.run_dir)],
+                              capture_output=True, text=True, timeout=60)
+    assert unpaired.returncode == 4 and "was not compared" in unpaired.stderr
