@@ -96,9 +96,11 @@ def _value_axis(axes, top: float, *, integer: bool = False) -> None:
 
 def line_chart(series: Mapping[str, Sequence[tuple[float, float | None]]], *, slug: str, title: str,
                x_label: str, y_label: str, levels: Sequence[float] | None = None, y_range: tuple[float, float] | None = None,
-               reference: tuple[float, str] | None = None, band: Band | None = None, note: str = "") -> Chart | None:
+               reference: tuple[float, str] | None = None, band: Band | None = None, note: str = "",
+               order: Sequence[str] = ()) -> Chart | None:
     """One line per named series. `levels`: a log2 x axis ticked at exactly these values (concurrency 1, 8, 32);
-    otherwise integer x ticks (draft positions). `reference`: a dashed horizontal line and its legend label."""
+    otherwise integer x ticks (draft positions). `reference`: a dashed horizontal line and its legend label.
+    `order`: every name the page charts, so a series has one colour and marker in every chart of the page."""
     kept = {name: [(x, y) for x, y in points if y is not None] for name, points in series.items()}
     kept = {name: points for name, points in kept.items() if points}
     if not kept:
@@ -111,7 +113,8 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float | None]]], *, sl
             axes.fill_between(xs, [p[1] for p in band.points], [p[3] for p in band.points], color=BASELINE_COLOUR,
                               alpha=0.18, linewidth=0)
             axes.plot(xs, [p[2] for p in band.points], color=BASELINE_COLOUR, linewidth=2.2, label=band.label)
-        for n, (name, points) in enumerate(kept.items()):
+        for name, points in sorted(kept.items(), key=lambda item: _style_index(item[0], order, list(kept))):
+            n = _style_index(name, order, list(kept))
             axes.plot([x for x, _ in points], [y for _, y in points], label=name,
                       color=SERIES_COLOURS[n % len(SERIES_COLOURS)], marker=MARKERS[n % len(MARKERS)],
                       linestyle=DASHES[(n // len(SERIES_COLOURS)) % len(DASHES)], linewidth=1.8, markersize=5)
@@ -134,6 +137,10 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float | None]]], *, sl
         _title(axes, title)
         _legend(figure, axes)
         return Chart(slug, title, "line", _svg(figure, slug), note)
+
+
+def _style_index(name: str, order: Sequence[str], names: Sequence[str]) -> int:
+    return list(order).index(name) if name in order else len(order) + list(names).index(name)
 
 
 def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float]], *, slug: str, title: str,

@@ -52,6 +52,9 @@ KINDS: dict[str, Remedy] = {
                             "the classes and draft positions that fell)"),
 }
 
+# A limit a check needs and the route does not state, with the option that declares it (the route's name aside)
+DECLARE = re.compile(r"no (?P<limit>[\w' -]+?) stated \(declare (?P<option>options\.\w+)")
+
 # Causes the suite words in its reasons, most specific first: (pattern over the reason, remedy).
 CAUSES: tuple[tuple[str, Remedy], ...] = (
     (r"serialises requests|one request at a time|no two requests ever share|no two share an engine step",
@@ -116,6 +119,9 @@ def remedy(kind: str, why: str) -> Remedy:
     deselected, whatever words say so."""
     if kind == "not run":
         return KINDS[kind]
+    declare = DECLARE.search(why or "")
+    if declare:   # "no drafter's max length stated (declare options.draft_max_len ...)": one row for every route
+        return Remedy(f"the route does not state its {declare['limit']}", f"declare {declare['option']}")
     for pattern, known in CAUSES:
         if re.search(pattern, why or "", re.IGNORECASE):
             return known

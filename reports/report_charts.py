@@ -28,6 +28,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def candidate_order(report: dict[str, Any]) -> list[str]:
+    """The candidates as the report lists them: each keeps its colour and marker from chart to chart."""
+    return list(report.get("route_verdicts") or {}) or list(report.get("acceptance") or {})
+
+
 def acceptance_charts(report: dict[str, Any]) -> list[Chart]:
     acceptance = report.get("acceptance") or {}
     curves = {name: list(enumerate(acc["per_position_acceptance_rate"], start=1))
@@ -35,6 +40,7 @@ def acceptance_charts(report: dict[str, Any]) -> list[Chart]:
     lengths = {name: acc["mean_acceptance_length"] for name, acc in acceptance.items()
                if not acc.get("per_position_acceptance_rate") and acc.get("mean_acceptance_length")}
     charts = [line_chart(curves, slug="acceptance-by-position", title="acceptance rate by draft position",
+                         order=candidate_order(report),
                          x_label="draft position", y_label="accepted / drafted at this position", y_range=(0, 1.05),
                          note="From each route's own counters over the whole run: the share of drafts whose token at "
                               "this position was accepted.") if curves else None,
@@ -70,7 +76,7 @@ def speed_charts(report: dict[str, Any]) -> list[Chart]:
                           for m in measurements}, slug="speed-throughput-speedup",
                          title=f"speed gate: {THROUGHPUT_SPEEDUP.label}", x_label="concurrency (requests in flight)",
                          y_label=f"candidate / baseline ({THROUGHPUT_SPEEDUP.unit})", levels=levels,
-                         reference=(1.0, "1x: as fast as the baseline"),
+                         reference=(1.0, "1x: as fast as the baseline"), order=candidate_order(report),
                          note="Output tokens per second of the whole level, candidate over baseline; above the "
                               "dashed line the candidate is faster.")]
     baseline = str(measurements[0].get("baseline") or "baseline")
@@ -80,7 +86,7 @@ def speed_charts(report: dict[str, Any]) -> list[Chart]:
                                   for m in measurements}, slug=f"speed-{_slug(key)}",
                                  title=f"speed gate: {quantity.label}", x_label="concurrency (requests in flight)",
                                  y_label=f"{quantity.label} ({quantity.unit})", levels=levels,
-                                 band=_baseline_band(measurements, key, baseline)))
+                                 band=_baseline_band(measurements, key, baseline), order=candidate_order(report)))
     return [c for c in charts if c]
 
 

@@ -17,7 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-KEPT_MEASUREMENTS = ("speed", "class_acceptance", "load_acceptance", "comparison", "coverage")
+KEPT_MEASUREMENTS = ("speed", "class_acceptance", "load_acceptance", "comparison")   # coverage: its rows are kept
+DETAILED = ("bug", "error", "warning", "near-tie")   # severities whose findings keep their details
 DROPPED = ("tests",)
 FINDING_DETAIL_CHARS = 2_000
 
@@ -33,6 +34,8 @@ def trimmed(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finding(finding: dict[str, Any]) -> dict[str, Any]:
+    if finding.get("severity") not in DETAILED:   # an info or engine line: its title says it
+        return {k: v for k, v in finding.items() if k != "details"}
     details = json.dumps(finding.get("details") or {}, default=str)
     if len(details) <= FINDING_DETAIL_CHARS:
         return finding

@@ -122,6 +122,27 @@ def test_chart_labels_are_never_said_twice():
         assert len(legend) == len(set(legend)), (chart, legend)
 
 
+def legend_colours(html: str, chart: str) -> dict[str, str]:
+    """Legend label -> the stroke colour of the line drawn beside it, read from the chart's SVG."""
+    found = re.search(rf'<figure class="chart" id="{chart}".*?(<svg.*?</svg>)', html, re.S)
+    legend = found.group(1)[found.group(1).index(f"{chart}-legend_"):]
+    return dict((label, colour) for colour, label in
+                re.findall(r'stroke: (#[0-9a-f]{6})[^>]*/>.*?<text[^>]*>([^<]+)</text>', legend, re.S))
+
+
+def test_each_candidate_keeps_its_colour_from_chart_to_chart():
+    """Seen on the llama.cpp DFlash run: a candidate green in the acceptance chart was orange in the speed charts
+    (colours went by each chart's own series order). The speed rows listed in another order change nothing."""
+    report = five_candidate_report()
+    report["measurements"]["speed"] = list(reversed(report["measurements"]["speed"]))
+    html = render_html(report)
+    acceptance = legend_colours(html, "acceptance-by-position")
+    assert set(CANDIDATES) <= set(acceptance) and len({acceptance[c] for c in CANDIDATES}) == len(CANDIDATES)
+    for chart in ("speed-throughput-speedup", "speed-decode-tok-s"):
+        colours = legend_colours(html, chart)
+        assert {c: colours[c] for c in CANDIDATES} == {c: acceptance[c] for c in CANDIDATES}, chart
+
+
 REPORTS = {"default-run": default_run_report, "five-candidates": five_candidate_report}
 # chart -> the legend entries it must show, per report
 EXPECTED = {

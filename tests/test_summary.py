@@ -79,3 +79,16 @@ def test_the_default_runs_gaps_are_named_causes_not_the_fallback():
             assert known, f"no cause for: {why[:200]}"
     assert remedy("not verified", "route 'x' serialises requests (no two share an engine step)").close == \
         "use a route that batches concurrent requests"
+
+
+def test_a_limit_no_route_states_is_one_row_naming_the_option_to_declare():
+    """Found on the llama.cpp DFlash preset: the same unstated limit on four candidates read as four rows (each
+    reason names its route) that sent the reader to report.html; it is one row saying which option to declare."""
+    def verdict(name: str) -> dict:
+        why = (f"skipped: drafter's max length boundary on '{name}': no drafter's max length stated (declare "
+               f"options.draft_max_len in the routes file) — 0 of 1 instances verified")
+        return {"gaps": [{"kind": NOT_VERIFIED, "subject": "boundary", "why": why}]}
+    rows = gap_rows({name: verdict(name) for name in ("dflash2", "eagle3")})
+    assert [(r["why"], r["close"], r["candidates"]) for r in rows] == [
+        ("the route does not state its drafter's max length", "declare options.draft_max_len", ["dflash2", "eagle3"])]
+    assert remedy(NOT_VERIFIED, "no KV pool stated").close != "declare options.draft_max_len"
