@@ -67,8 +67,8 @@ CAUSES: tuple[tuple[str, Remedy], ...] = (
                                                "--detect-tv")),
     (r"no --prompts", Remedy("it judges your own prompts, and none were given", "add --prompts (README: your "
                                                                                 "workload)")),
-    (r"died at request", Remedy("the route died (its finding names the request)",
-                                "fix the crash its issue file describes, then rerun")),
+    (r"died at request", Remedy("a route died, the baseline or this candidate (its finding names the request)",
+                                "fix the crash its finding names (the server log has the trace), then rerun")),
     (r"acceptance under load could not be compared", Remedy("neither the answers nor the server state the drafting",
                                                           "start the server with its metrics (vLLM /metrics, "
                                                           "llama.cpp --metrics)")),

@@ -403,11 +403,12 @@ def test_judge_separates_route_findings_from_harness_errors(tmp_path):
     passed = {"nodeid": "t::ok", "outcome": "passed"}
     failed = {"nodeid": "t::bad", "outcome": "failed", "reason": "diverges"}
     finding = {"test_id": "t::bad", "route": "ngram", "severity": "bug", "details": {}}
-    dead = {"test_id": "t::bad", "route": "ngram", "severity": "error", "details": {"error_kind": "connection-lost"}}
-    _write_run(tmp_path / "a", tests=[passed, failed], findings=[finding, dead])
+    lost = {"test_id": "t::bad", "route": "ngram", "severity": "error", "details": {"error_kind": "connection-lost"}}
+    died = {"test_id": "t::bad", "route": "ngram", "severity": "bug", "details": {"error_kind": "route-died"}}
+    _write_run(tmp_path / "a", tests=[passed, failed], findings=[finding, lost, died])
     result = judge_run(tmp_path / "a", 1)
-    assert result["ok"], result["harness_errors"]
-    assert result["findings_by_route"] == {"ngram": {"bug": 1, "error": 1}}
+    assert result["ok"], result["harness_errors"]   # an engine that died of a request is data about the engine
+    assert result["findings_by_route"] == {"ngram": {"bug": 2, "error": 1}}
 
     assert [e[:2] for e in judge_run(tmp_path / "a", 4)["harness_errors"]] == ["H1"]
     assert [e[:2] for e in judge_run(tmp_path / "empty", 0)["harness_errors"]] == ["H2"]
