@@ -49,7 +49,8 @@ def why_not_filed(cluster: dict[str, Any], report: dict[str, Any], clusters: Seq
     if cluster["route"] not in candidates_of(report):
         return (f"about the baseline `{baseline}` itself: the reference the candidates are judged against"
                 if cluster["route"] == baseline else "about no candidate route")
-    if cluster["signature"] == REFUSED and not answered(report, cluster["route"]):
+    never_reached = cluster["signature"] == REFUSED or "cannot connect" in str(cluster.get("cause", ""))
+    if never_reached and not answered(report, cluster["route"]):   # refused, or "died" of a request it never got
         return ("client-side: the suite could not connect and the route answered nothing in this run (a "
                 "configuration problem: its URL, port or server start)")
     comparable = cluster["severity"] == "error" or cluster.get("shape")   # a check judges its bugs beside the baseline

