@@ -22,6 +22,7 @@ Environment: none.
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import PurePath
 from typing import Any, Mapping, Sequence
 
 from spec_route_suite.equivalence.greedy import first_divergence
@@ -68,6 +69,19 @@ def _version(report: Mapping[str, Any], name: str) -> str:
     return f"{inventory.get('engine', 'unknown')} {inventory.get('version', 'unknown')}"
 
 
+UNSTATED = (None, "unknown")
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal, or one GGUF converted by two engine releases: each release converts into its own cache folder and names
+    the file after its source model's content hash (servers/llama_cpp.py gguf_path): the names say if it is one model."""
+    if a in UNSTATED or b in UNSTATED:   # one run's inventory did not answer: nothing says the pair differs
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a.endswith(".gguf") and b.endswith(".gguf"):
+        return PurePath(a).name == PurePath(b).name
+    return a == b
+
+
 def pair_differences(current: Mapping[str, Any], previous: Mapping[str, Any], name: str) -> list[str]:
     """What differs between the two runs' pair for this candidate: its model, draft, tokenizer, drafting method and
     depth, and the baseline's model and tokenizer (as each run's inventories state them)."""
@@ -76,7 +90,7 @@ def pair_differences(current: Mapping[str, Any], previous: Mapping[str, Any], na
         now = (current.get("inventories") or {}).get(route or _baseline(current)) or {}
         then = (previous.get("inventories") or {}).get(route or _baseline(previous)) or {}
         for field in fields:
-            if now.get(field) != then.get(field):
+            if not same_value(now.get(field), then.get(field)):
                 differs.append(f"{role} {field} {then.get(field)} -> {now.get(field)}")
         if route:
             for field in DRAFTING_FIELDS:

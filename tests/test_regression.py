@@ -29,8 +29,8 @@ CLASSES = ("math", "code", "chat", "json", "long")
 ALPHA = 0.01
 
 
-def inventory(version: str = "b100", *, draft: str = "draft") -> dict:
-    return {"engine": "llama.cpp", "version": version, "model": "target", "draft": draft, "tokenizer_hash": "t1",
+def inventory(version: str = "b100", *, draft: str = "draft", model: str = "target") -> dict:
+    return {"engine": "llama.cpp", "version": version, "model": model, "draft": draft, "tokenizer_hash": "t1",
             "speculation": {"method": "draft_model", "num_speculative_tokens": 4}}
 
 
@@ -94,6 +94,20 @@ def test_another_pair_or_prompt_is_said_and_skipped():
     entry = candidate(report("b", ACCEPTED, answers=moved), report("a", ACCEPTED))
     assert entry["prompts"] == {"compared": 19, "sent differently": 1, "only in this run": 0,
                                 "only in the previous run": 0}
+
+
+def test_one_model_converted_by_two_releases_is_the_same_pair():
+    """Found by the nightly 0.3.35 -> 0.3.36 run: each llama.cpp release converts the pair into its own cache folder,
+    and every candidate read "not the same pair". The converted file's name (the source's content hash) decides."""
+    def gguf(release: str, name: str) -> str:
+        return f"/cache/llama.cpp/{release}/gguf/{name}.gguf"
+    then = report("a", ACCEPTED, model=gguf("0.3.35", "target-c08a"), draft=gguf("0.3.35", "dflash-4d4c-for-c08a"))
+    now = report("b", ACCEPTED, model=gguf("0.3.36", "target-c08a"), draft=gguf("0.3.36", "dflash-4d4c-for-c08a"))
+    assert candidate(now, then)["compared"]
+    other = report("b", ACCEPTED, model=gguf("0.3.36", "target-c08a"), draft=gguf("0.3.36", "dflash-9999-for-c08a"))
+    assert not candidate(other, then)["compared"]
+    unanswered = report("a", ACCEPTED, model="unknown", draft=gguf("0.3.35", "dflash-4d4c-for-c08a"))   # no inventory
+    assert candidate(now, unanswered)["compared"]
 
 
 def test_changed_answers_are_notes_only_where_both_runs_agree_with_their_baselines():
