@@ -77,6 +77,25 @@ def cause_of(finding: dict[str, Any]) -> tuple[str, str, str]:
     return finding["check"], signature(finding), ""
 
 
+def death_keys(findings: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str, str, str, str]]:
+    """Route -> the cluster key of its death (a route-died finding), for the routes that died in the run."""
+    keys = {}
+    for finding in findings:
+        if (finding.get("details") or {}).get("error_kind") == "route-died" and finding.get("severity") in CLUSTERED:
+            keys.setdefault(finding["route"], (finding["route"], finding["severity"], *cause_of(finding)))
+    return keys
+
+
+def dying_words(finding: dict[str, Any]) -> bool:
+    """A route error a dying server gives (a lost or refused connection, a server error): on a route that died in
+    the run it is one cause with the death, whichever check met it (one issue file, not one per check)."""
+    details = finding.get("details") or {}
+    if finding.get("severity") != "error":
+        return False
+    return details.get("error_kind") == "connection-lost" or (
+        details.get("error_kind") == "http-error" and bool(re.search(r"HTTP 5\d\d", finding.get("title", ""))))
+
+
 def test_function(finding: dict[str, Any]) -> str:
     """The test function that recorded the finding, without its parameters ("" when it names none)."""
     nodeid = str(finding.get("test_id") or "")
@@ -89,18 +108,22 @@ def cluster_findings(findings: Sequence[dict[str, Any]], tests: Sequence[dict[st
     NNN). `check` is the check with most of the cluster's findings (it names the files), `checks` every check
     that saw the cause, each with its findings, tests and how many of its tests ran on the route (`of`)."""
     groups: dict[tuple[str, str, str, str, str], list[int]] = {}
+    deaths = death_keys(findings)
     for index, finding in enumerate(findings):
         if finding.get("severity") in CLUSTERED:
             scope, sig, shape = cause_of(finding)
-            groups.setdefault((finding["route"], finding["severity"], scope, sig, shape), []).append(index)
+            key = (finding["route"], finding["severity"], scope, sig, shape)
+            if finding["route"] in deaths and dying_words(finding):
+                key = deaths[finding["route"]]
+            groups.setdefault(key, []).append(index)
     ordered = sorted(groups.items(), key=lambda item: (CLUSTERED.index(item[0][1]), -len(item[1]), item[1][0]))
     clusters = []
-    for number, ((route, _, _, sig, shape), members) in enumerate(ordered, start=1):
+    for number, ((route, severity, _, sig, shape), members) in enumerate(ordered, start=1):
         per_check = _per_check(findings, members, tests=tests, route=route, candidates=candidates)
         main = per_check[0]
         # the main check's findings first: the issue quotes the first one, the repro script resends its requests
         members = sorted(members, key=lambda i: ([c["check"] for c in per_check].index(findings[i]["check"]), i))
-        first = findings[members[0]]
+        first = next((findings[i] for i in members if findings[i]["severity"] == severity), findings[members[0]])
         prompts = list(dict.fromkeys(findings[i].get("prompt_id") for i in members if findings[i].get("prompt_id")))
         cause, title = _titles(first, sig, shape, per_check)
         clusters.append({

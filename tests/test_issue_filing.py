@@ -352,3 +352,25 @@ def test_a_concurrent_session_turn_is_under_load_only_when_the_candidate_alone_a
     _judge_transcripts(reference, actual, label="concurrent session turn", evidence=SimpleNamespace(add=lambda *a: 0),
                        ctx=ctx, sent=[actual], alone=alone)
     assert seen == [cause]
+
+
+def test_a_route_that_died_is_one_cause_with_the_errors_it_gave_while_dying():
+    """Seen on vLLM's DFlash preset: a drafter's server died mid-run; its death (found by the mixing check), the HTTP
+    500s and refused connections the distribution check met around it were four clusters, four issue files. They are
+    one cause, a bug; an error on a route that did not die, or a 4xx refusal, stays its own."""
+    def error(route: str, check: str, title: str, kind: str) -> dict:
+        return {"route": route, "check": check, "severity": "error", "title": title, "test_id": f"t::{check}[{route}]",
+                "details": {"error_kind": kind}}
+    died = {"route": "a", "check": "mixing", "severity": "bug", "title": "the route died at request chat-probe",
+            "test_id": "t::mixing[a]", "details": {"error_kind": "route-died", "cause": "route died"}}
+    findings = [error("a", "distribution", "HTTP 500: EngineCore encountered an issue", "http-error"),
+                error("a", "distribution", "connection-lost [a request d-1]: cannot connect", "connection-lost"),
+                died,
+                error("a", "features", "HTTP 400: n must be 1", "http-error"),
+                error("b", "distribution", "HTTP 500: EngineCore encountered an issue", "http-error")]
+    clusters = cluster_findings(findings)
+    death = [c for c in clusters if c["route"] == "a" and c["severity"] == "bug"]
+    assert len(death) == 1 and death[0]["count"] == 3 and {r["check"] for r in death[0]["checks"]} == {
+        "mixing", "distribution"}
+    assert sorted((c["route"], c["severity"], c["count"]) for c in clusters) == [
+        ("a", "bug", 3), ("a", "error", 1), ("b", "error", 1)]
