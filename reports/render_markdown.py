@@ -65,9 +65,8 @@ def _candidates(report: dict[str, Any]) -> list[str]:
 
 
 def bug_count(report: dict[str, Any], name: str) -> int:
-    """The candidate's bug findings, over its finding clusters."""
-    return sum(c.get("count", 1) for c in report.get("clusters") or []
-               if c.get("route") == name and c.get("severity") == "bug")
+    """The candidate's bug findings (a bug cluster may also hold the route errors of the same cause: not counted)."""
+    return sum(1 for f in report.get("findings") or [] if f.get("route") == name and f.get("severity") == "bug")
 
 
 def gaps_lead(report: dict[str, Any]) -> str:
