@@ -7,6 +7,7 @@ run's namesake (reports/regression.py), summarised one row per candidate.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,6 @@ def _pair(values: list[Any], spec: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """`python -m spec_route_suite.reports.compare RUN/report.json`: the run's comparison with its previous run as
     summary.md has it (the nightly recipe prints it last); exit 4 when the run was not --compare-to another."""
-    import sys
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m spec_route_suite.reports.compare RUN_DIR/report.json", file=sys.stderr)

@@ -73,8 +73,8 @@ UNSTATED = (None, "unknown")
 
 
 def same_value(a: Any, b: Any) -> bool:
-    """Equal, or one GGUF converted by two engine releases: each release converts into its own cache folder and names
-    the file after its source model's content hash (servers/llama_cpp.py gguf_path): the names say if it is one model."""
+    """Equal, or one GGUF converted by two engine releases: each release converts into its own cache folder and
+    names the file after its source model's content hash (servers/llama_cpp.py gguf_path): the name says which."""
     if a in UNSTATED or b in UNSTATED:   # one run's inventory did not answer: nothing says the pair differs
         return True
     if isinstance(a, str) and isinstance(b, str) and a.endswith(".gguf") and b.endswith(".gguf"):
