@@ -73,7 +73,8 @@ def _cut(text: str, limit: int) -> str:
 
 
 def require_shortfall(report: Mapping[str, Any], required: str) -> list[str]:
-    """The candidates whose verdict is below `required` (--require): "'name' is PILOT" each."""
+    """The candidates whose verdict is below `required` (--require), each with what kept it there:
+    "'name' is PILOT: not run (near-tie, seeds); prompt set"."""
     bar = VERDICT_ORDER.index(required)
-    return [f"'{name}' is {v['verdict'].upper()}"
+    return [f"'{name}' is {v['verdict'].upper()}: {short_reason(v)}"
             for name, v in (report.get("route_verdicts") or {}).items() if VERDICT_ORDER.index(v["verdict"]) > bar]

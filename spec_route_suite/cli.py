@@ -10,6 +10,7 @@ options, grouped, before pytest's.
 """
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from importlib import metadata
@@ -49,9 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     if "--version" in args or "-V" in args:
         print(version_line())
         return 0
-    if "--help" in args or "-h" in args:
-        from spec_route_suite.options import suite_help
-        print(suite_help())
-        print("pytest's own options follow (the suite's appear again there, under 'spec-route-suite: ...').\n")
-    import pytest
-    return int(pytest.main(pytest_args(args)))
+    try:
+        if "--help" in args or "-h" in args:
+            from spec_route_suite.options import suite_help
+            print(suite_help())
+            print("pytest's own options follow (the suite's appear again there, under 'spec-route-suite: ...').\n")
+        import pytest
+        return int(pytest.main(pytest_args(args)))
+    except BrokenPipeError:   # `spec-route-suite --help | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

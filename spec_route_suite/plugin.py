@@ -315,12 +315,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         where = spec.base_url or spec.model
         check = stated.get(spec.name)
         engine = f", {check.engine} {check.version}" if check else ""
+        drafting = (f", draft {spec.draft}" + (f" ({spec.num_assistant_tokens} tokens per step)"
+                                               if spec.num_assistant_tokens else "") if spec.draft else
+                    f", prompt lookup {spec.prompt_lookup}" if spec.prompt_lookup else "")
         lines.append(f"spec-route-suite {role} '{spec.name}': {spec.kind} {where}"
-                     + (f" model {spec.model}" if spec.base_url else "") + engine)
-    prompts = ", ".join(s.public_dict().get("source", str(s)) for s in suite.prompt_sources) or "the fixture prompts"
+                     + (f" model {spec.model}" if spec.base_url else "") + drafting + engine)
+        lines.extend(f"  preflight: {note}" for note in (check.notes if check else ()))
+    prompts = "; ".join(_prompt_line(s) for s in suite.prompt_sources) or "the fixture prompts"
     lines.append(f"spec-route-suite budget: --alpha {suite.alpha:g}, --detect-tv {suite.detect_tv:g}, concurrency "
                  f"{','.join(map(str, suite.concurrency_levels))}; prompts: {prompts}")
     return lines
+
+
+def _prompt_line(source) -> str:
+    """One prompt source as a person reads it: name, kind, where from, how many rows."""
+    rows = "every row" if source.limit is None else f"up to {source.limit} rows"
+    return f"{source.describe()}, {rows}" + (f", {source.per_category} per category" if source.per_category else "")
 
 
 def _log(message: str) -> None:

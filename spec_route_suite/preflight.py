@@ -33,6 +33,9 @@ PROBE_TEXTS = (
     "Speculative decoding: a drafter proposes tokens, and the target verifies them in one pass (lossless?).",
 )
 TINY_PROMPT_TOKENS = 16
+# a server that accepts connections and answers nothing must not cost the user its routes' request timeouts
+# (120 s per probe): the whole preflight of one route gets this long
+DEADLINE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,17 @@ def preflight(specs: Sequence[RouteSpec]) -> list[RoutePreflight]:
 async def check_route(spec: RouteSpec, route: Route | None = None) -> RoutePreflight:
     route = route or build_route(spec)
     seen = RoutePreflight(spec.name, spec.kind, spec.base_url or "", spec.model)
+    deadline = min(DEADLINE_S, spec.timeouts.request_s)
     try:
-        return await _checked(route, spec, seen)
+        return await asyncio.wait_for(_checked(route, spec, seen, deadline), deadline)
+    except asyncio.TimeoutError:
+        return replace(seen, problem=f"no answer within {deadline:g} s (the server accepts connections but "
+                                     f"does not answer its models list, a token count and a one-token request)")
     finally:
         await route.aclose()
 
 
-async def _checked(route: Route, spec: RouteSpec, seen: RoutePreflight) -> RoutePreflight:
+async def _checked(route: Route, spec: RouteSpec, seen: RoutePreflight, deadline: float) -> RoutePreflight:
     inventory = await route.inventory()   # never raises: a server that is not there states nothing
     seen = replace(seen, engine=inventory.engine, version=inventory.version)
     served = inventory.extra.get("served_models") or []
@@ -107,37 +114,53 @@ async def _checked(route: Route, spec: RouteSpec, seen: RoutePreflight) -> Route
     except RouteError as exc:
         seen = replace(seen, notes=(f"tokenizer not compared with the server's: a text prompt failed ({_short(exc)})",))
     tokenizer = route.tokenizer
+    if not seen.notes and counts != [None]:
+        # the counts first: a tokenizer of another size makes the one-token request fail on ids the server
+        # does not have, and the counts say why in numbers
+        seen = await _tokenizer_checked(route, spec, seen, tokenizer, counts)
+        if not seen.passed:
+            return seen
     tiny = Request(prompt_ids=tuple(tokenizer(PROBE_TEXTS[0])["input_ids"][:TINY_PROMPT_TOKENS]), max_tokens=1,
-                   request_id="preflight", timeout_s=spec.timeouts.request_s)
+                   request_id="preflight", timeout_s=deadline)
     try:
         await route.generate(tiny)
     except RouteError as exc:
         hint = (" (the local tokenizer may not be the server's)" if isinstance(exc, RouteHTTPError)
                 and "token" in str(exc).lower() else "")
         return replace(seen, problem=f"a one-token request failed: {_short(exc)}{hint}")
-    if seen.notes or counts == [None]:
-        return seen if seen.notes else replace(seen, notes=("tokenizer not compared with the server's: its answers "
-                                                            "state no prompt token count",))
-    return await _tokenizer_checked(route, spec, seen, tokenizer, counts)
+    if counts == [None]:
+        return replace(seen, notes=("tokenizer not compared with the server's: its answers state no prompt token "
+                                    "count",))
+    return seen
 
 
 async def _tokenizer_checked(route: Route, spec: RouteSpec, seen: RoutePreflight, tokenizer,
                              counts: list[int | None]) -> RoutePreflight:
     """The server's token count of each probe text against the local tokenizer's, up to a constant offset the
     special tokens explain."""
-    for text in PROBE_TEXTS[len(counts):]:
-        counts.append(await route.text_prompt_tokens(text))
+    try:
+        for text in PROBE_TEXTS[len(counts):]:
+            counts.append(await route.text_prompt_tokens(text))
+    except RouteError as exc:
+        return replace(seen, problem=f"a text prompt failed: {_short(exc)}")
+    if None in counts:
+        return replace(seen, notes=("tokenizer not compared with the server's: some answers state no prompt "
+                                    "token count",))
     plain = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in PROBE_TEXTS]
     specials = {len(tokenizer(text)["input_ids"]) - n for text, n in zip(PROBE_TEXTS, plain)}
-    offsets = {theirs - ours for theirs, ours in zip(counts, plain)}
-    # the same tokenizer counts alike, up to the special tokens a server adds to text (a BOS: one more on every
-    # prompt, where a local tokenizer may add none); another tokenizer's counts differ by varying amounts
-    if len(offsets) != 1 or not offsets <= {0, 1, *specials}:
+    if not counts_agree(counts, plain, specials):
         return replace(seen, problem=(f"the local tokenizer ({spec.tokenizer}, {len(tokenizer)} ids) is not the "
                                       f"server's: {len(PROBE_TEXTS)} text prompts count {_counts(plain)} tokens "
                                       f"locally and {_counts(counts)} on the server"))
     return replace(seen, notes=(f"tokenizer matches the server's on {len(PROBE_TEXTS)} text prompts "
                                 f"({_counts(counts)} tokens on the server, {_counts(plain)} locally)",))
+
+
+def counts_agree(server: Sequence[int], local: Sequence[int], specials: set[int]) -> bool:
+    """The same tokenizer counts alike, up to the special tokens a server adds to text (a BOS: one more on every
+    prompt, where a local tokenizer may add none); another tokenizer's counts differ by varying amounts."""
+    offsets = {theirs - ours for theirs, ours in zip(server, local)}
+    return len(offsets) == 1 and offsets <= {0, 1, *specials}
 
 
 def _counts(values: Sequence[int]) -> str:

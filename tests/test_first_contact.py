@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -78,9 +79,20 @@ def test_nothing_listening_exits_4_in_seconds_with_one_line_and_leaves_nothing(t
 
 def test_a_tokenizer_that_is_not_the_servers_exits_4_naming_both_counts(tmp_path, pair2_servers):
     """Pair 3's tokenizer has as many ids (1,024) as pair 2's: every id it sends is valid, only the counts tell."""
-    baseline = f"openai:{pair2_servers[0]}?model=p2&tokenizer={PAIR2 / 'target'}"
-    candidate = f"openai:{pair2_servers[1]}?model=p2&tokenizer={ROOT / 'fixtures' / 'models' / 'pair3' / 'target'}"
-    result = run_cli(tmp_path, "--baseline", baseline, "--candidate", candidate)
+    (tmp_path / "routes.toml").write_text(f'''
+[baseline]
+kind = "openai"
+base_url = "{pair2_servers[0]}"
+model = "p2"
+tokenizer = "{PAIR2 / 'target'}"
+
+[candidate]
+kind = "openai"
+base_url = "{pair2_servers[1]}"
+model = "p2"
+tokenizer = "{ROOT / 'fixtures' / 'models' / 'pair3' / 'target'}"
+''')
+    result = run_cli(tmp_path, "--routes", "routes.toml")
     assert result.returncode == 4, result.stdout[-2000:]
     [line] = error_lines(result)
     assert "route 'candidate'" in line and "route 'baseline'" not in line, line
@@ -95,6 +107,16 @@ def test_the_right_tokenizer_passes_the_preflight_and_the_header_names_the_engin
                      "--prompt-limit", "1", "--categories", "math")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"spec-route-suite candidate 'candidate': openai {pair2_servers[1]} model p2, vllm" in result.stdout
+
+
+def test_the_header_says_what_is_judged_on_which_prompts_and_budget(tmp_path):
+    (tmp_path / "traffic.jsonl").write_text('{"text": "What is 2+3?", "category": "math"}\n')
+    result = run_cli(tmp_path, "--collect-only", "--prompts", "jsonl:traffic.jsonl?limit=5", "--alpha", "0.02")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert (f"spec-route-suite candidate 'candidate': hf {TARGET}, draft {TARGET.parent / 'draft'} (4 tokens per "
+            f"step)") in result.stdout
+    assert (f"spec-route-suite budget: --alpha 0.02, --detect-tv 0.05, concurrency 1,8,32; prompts: traffic "
+            f"(jsonl, {tmp_path / 'traffic.jsonl'}), up to 5 rows") in result.stdout, result.stdout[:3000]
 
 
 def test_a_misspelled_route_key_exits_4_with_the_suggestion(tmp_path):
@@ -120,10 +142,15 @@ def test_every_mistake_of_a_routes_file_is_named_at_once(tmp_path):
 managed = "llama-cpp"
 model = "{TARGET}"
 slot_contxt = 512
+parallel = 0
 
 [servers.instances.ar]
 port = 18990
 speculaton = {{ type = "draft-simple" }}
+
+[servers.instances.spec]
+port = "abc"
+speculation = {{ type = "nope" }}
 
 [baseline]
 kind = "openai"
@@ -143,15 +170,28 @@ base_url = "http://127.0.0.1:18992/v1"
 model = "tiny"
 tokenizer = "{TARGET}"
 options = {{ num_speculative_token = "4" }}
+timeouts = {{ connect = -1, request = 0 }}
 ''')
+    expected = ("candidates.a.tokenzier: unknown field (did you mean tokenizer?)",
+                "candidates.b.options.num_speculative_token: unknown option of a openai route (did you mean "
+                "num_speculative_tokens?)",
+                "candidates.b.timeouts.connect: expected a positive number, got -1",
+                "candidates.b.timeouts.request: expected a positive number, got 0",
+                "servers.slot_contxt: unknown field (did you mean slot_context?)",
+                "servers.parallel: expected a positive integer, got 0",
+                "servers.instances.ar.speculaton: unknown field (did you mean speculation?)",
+                "servers.instances.spec.port: expected a positive integer, got 'abc'",
+                "servers.instances.spec.speculation.type: unknown speculative type 'nope'")
     result = run_cli(tmp_path, "--routes", "routes.toml")
     assert result.returncode == 4
-    for expected in ("candidates.a.tokenzier: unknown field (did you mean tokenizer?)",
-                     "candidates.b.options.num_speculative_token: unknown option of a openai route (did you mean "
-                     "num_speculative_tokens?)",
-                     "servers.slot_contxt: unknown field (did you mean slot_context?)",
-                     "servers.instances.ar.speculaton: unknown field (did you mean speculation?)"):
-        assert expected in result.stderr, (expected, result.stderr)
+    for line in expected:
+        assert line in result.stderr, (line, result.stderr)
+    # the servers tool reads the same table the same way: every [servers] mistake, exit 2, its state untouched
+    tool = subprocess.run([sys.executable, "-m", "spec_route_suite.servers.llama_cpp", "--routes", "routes.toml",
+                           "status"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert tool.returncode == 2, tool.stdout + tool.stderr
+    for line in (e for e in expected if e.startswith("servers.")):
+        assert line in tool.stderr, (line, tool.stderr)
 
 
 def test_a_hub_id_tokenizer_that_the_hub_cannot_give_is_one_line_saying_to_pass_a_folder(tmp_path):
@@ -180,7 +220,10 @@ def test_require_gates_the_exit_code_and_the_run_ends_with_its_verdict(tmp_path,
     assert report["verdict"] == "pilot"
     assert report["command"] == f"spec-route-suite -n 2 {' '.join(SMALL_RUN)} --require {required}"
     if required == "adopt":
-        assert f"--require adopt not met (exit {REQUIRE_EXIT}): 'candidate' is PILOT" in result.stdout
+        [line] = [line for line in result.stdout.splitlines() if line.startswith("--require adopt not met")]
+        gaps = report["route_verdicts"]["candidate"]["gaps"]
+        assert line.startswith(f"--require adopt not met (exit {REQUIRE_EXIT}): 'candidate' is PILOT: "), line
+        assert gaps and all(gap["kind"] in line for gap in gaps[:2]), (line, gaps[:2])
     else:
         assert "--require" not in "\n".join(block)
 

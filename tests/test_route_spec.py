@@ -34,6 +34,40 @@ def test_prompt_lookup_and_openai_uris_parse():
     assert (server.base_url, server.model, server.timeouts.request_s) == ("http://127.0.0.1:8000/v1", "tiny", 7.0)
 
 
+def test_the_uri_and_the_toml_table_take_the_same_keys():
+    """A URI's query is a route table's keys, dotted keys included; a table takes a URI's shorthands (an option
+    at the top, `timeout`): either form of one route parses into the same route."""
+    uri = parse_route_uri("candidate", "openai:http://127.0.0.1:8000/v1?model=tiny&tokenizer=fixtures/models/target"
+                          "&num_speculative_tokens=7&options.method=eagle3&timeout=30&timeouts.connect=2"
+                          "&headers.X-Team=serving&max_context=512", base=ROOT, environ={})
+    dotted = spec_from_table("candidate", {
+        "kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "tiny", "tokenizer": "fixtures/models/target",
+        "options": {"num_speculative_tokens": "7", "method": "eagle3"}, "timeouts": {"request": 30, "connect": 2},
+        "headers": {"X-Team": "serving"}, "max_context": 512}, base=ROOT, environ={})
+    flat = spec_from_table("candidate", {
+        "kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "tiny", "tokenizer": "fixtures/models/target",
+        "num_speculative_tokens": "7", "options": {"method": "eagle3"}, "timeout": 30, "connect_timeout": 2,
+        "headers": {"X-Team": "serving"}, "max_context": 512}, base=ROOT, environ={})
+    assert uri.public_dict() == dotted.public_dict() == flat.public_dict()
+    assert dict(uri.options) == {"num_speculative_tokens": "7", "method": "eagle3"}
+    assert uri.headers == (("X-Team", "serving"),) and uri.timeouts.connect_s == 2.0
+
+
+@pytest.mark.parametrize("query, message", [
+    ("kind=vllm", "candidate.kind: the URI states its kind itself"),
+    ("options.num_speculative_token=7", "candidate.options.num_speculative_token: unknown option of a openai route "
+                                        "(did you mean num_speculative_tokens?)"),
+    ("timeouts.requst=5", "candidate.timeouts.requst: unknown field (expected connect, request)"),
+    ("num_speculativ_tokens=7", "candidate.num_speculativ_tokens: unknown route key (did you mean "
+                                "num_speculative_tokens?)"),
+])
+def test_a_uri_refuses_what_a_table_refuses(query, message):
+    with pytest.raises(ConfigError) as excinfo:
+        parse_route_uri("candidate", f"openai:http://127.0.0.1:8000/v1?model=tiny&tokenizer=fixtures/models/target&"
+                                     f"{query}", base=ROOT, environ={})
+    assert message in str(excinfo.value), str(excinfo.value)
+
+
 @pytest.mark.parametrize("uri, field", [
     ("nosuchkind:x", "candidate.kind"),
     ("no-prefix-at-all", "candidate.kind"),

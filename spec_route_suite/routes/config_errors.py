@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import difflib
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -53,6 +55,14 @@ class Problems:
             yield
         except ConfigError as exc:
             self.errors.extend(exc.errors)
+
+    def value(self, read: Callable[[], T], fallback: T) -> T:
+        """read()'s value, or `fallback` with its ConfigError recorded: a reader goes on past a bad value."""
+        try:
+            return read()
+        except ConfigError as exc:
+            self.errors.extend(exc.errors)
+            return fallback
 
     def add(self, error: ConfigError) -> None:
         self.errors.extend(error.errors)
