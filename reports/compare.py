@@ -166,11 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m spec_route_suite.reports.compare RUN/report.json`: the run's comparison with its previous run as
     summary.md has it (the nightly recipe prints it last); exit 4 when the run was not --compare-to another."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
+    if len(args) != 1 or args[0].startswith("-"):
         print("usage: python -m spec_route_suite.reports.compare RUN_DIR/report.json", file=sys.stderr)
-        return 4
+        return 0 if args and args[0] in ("-h", "--help") else 4
     path = Path(args[0])
-    report = json.loads((path / "report.json" if path.is_dir() else path).read_text())
+    path = path / "report.json" if path.is_dir() else path
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"{path}: cannot read a report ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+        return 4
     if not report.get("comparison"):
         print(f"{path}: this run was not compared with a previous one (--compare-to RUN_DIR)", file=sys.stderr)
         return 4

@@ -46,6 +46,8 @@ def server_lines(report: dict[str, Any], name: str) -> list[str]:
     speculation = inventory.get("speculation") or {}
     lines = [f"route: {name} ({spec.get('kind', UNKNOWN)}: {spec.get('base_url') or spec.get('model') or UNKNOWN})",
              f"engine: {_stated(inventory.get('engine'))}", f"version: {_stated(inventory.get('version'))}",
+             *([f"release: {inventory['release']} (the suite built the server from it)"]
+               if inventory.get("release") else []),
              f"model: {_stated(inventory.get('model'))}",
              *([f"draft: {inventory['draft']}"] if inventory.get("draft") else []),
              *([f"speculation: {json.dumps(speculation, sort_keys=True)}"] if speculation else []),

@@ -66,7 +66,8 @@ def _baseline(report: Mapping[str, Any]) -> str | None:
 
 def _version(report: Mapping[str, Any], name: str) -> str:
     inventory = (report.get("inventories") or {}).get(name) or {}
-    return f"{inventory.get('engine', 'unknown')} {inventory.get('version', 'unknown')}"
+    release = f" ({inventory['release']})" if inventory.get("release") else ""
+    return f"{inventory.get('engine', 'unknown')} {inventory.get('version', 'unknown')}{release}"
 
 
 UNSTATED = (None, "unknown")

@@ -295,10 +295,27 @@ def _per_route(collector: RunCollector, key: str) -> dict[str, list[Any]]:
     return collector.merged_worker_field(key) or {k: [v] for k, v in getattr(collector.worker_state, key).items()}
 
 
+def with_launch_facts(inventory: dict[str, Any], launch: Any) -> dict[str, Any]:
+    """The inventory, completed by what the server stated when the suite started it (its engine, version and
+    model, where the route's own probe got no answer) and the release the suite built it from: the version each
+    issue file and comparison names must not depend on the server answering a probe mid-run."""
+    at_start = (launch or {}).get("server_at_start") if isinstance(launch, dict) else None
+    if not isinstance(at_start, dict):
+        return inventory
+    completed = dict(inventory)
+    for key in ("engine", "version", "model"):
+        if completed.get(key) in (None, "", "unknown", "openai-compatible") and at_start.get(key):
+            completed[key] = at_start[key]
+    if at_start.get("package"):
+        completed["release"] = at_start["package"]
+    return completed
+
+
 def route_context(collector: RunCollector) -> dict[str, Any]:
     """Inventory, acceptance profile, "speculation really ran", baseline parity, latency and memory."""
     config = collector.config_public
-    inventories = {name: values[0] for name, values in _per_route(collector, "inventories").items()}
+    inventories = {name: with_launch_facts(values[0], collector.server_launch.get(name))
+                   for name, values in _per_route(collector, "inventories").items()}
     # Counters a route took from its own answers (in-process engines, per-answer draft counts) are per worker:
     # sum them. A server's cumulative /metrics counters are shared by all workers, so only the controller's
     # before/after difference is meaningful, and it is preferred where the server has one.

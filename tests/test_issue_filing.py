@@ -374,3 +374,24 @@ def test_a_route_that_died_is_one_cause_with_the_errors_it_gave_while_dying():
         "mixing", "distribution"}
     assert sorted((c["route"], c["severity"], c["count"]) for c in clusters) == [
         ("a", "bug", 3), ("a", "error", 1), ("b", "error", 1)]
+
+
+def test_the_version_a_managed_server_stated_at_start_reaches_the_issue_when_its_probe_got_no_answer(tmp_path):
+    """The committed nightly 0.3.35 run: every inventory endpoint of one server timed out mid-run, so its issue
+    files said "version: unknown" although the server had stated its build when the suite started it."""
+    from spec_route_suite.reports.run_report import with_launch_facts
+    silent = {"engine": "openai-compatible", "version": "unknown", "model": "unknown",
+              "hardware": "unknown (remote server)"}
+    launch = {"start": "started", "command": ["llama-server", "-m", "t.gguf"],
+              "server_at_start": {"engine": "llama.cpp", "version": "b1-4df29be", "model": "t.gguf",
+                                  "package": "llama-cpp-python==0.3.35 (vendor/llama.cpp)"}}
+    stated = {"engine": "llama.cpp", "version": "b1-0c1e570", "model": "u.gguf"}
+    assert with_launch_facts(stated, launch) == {**stated, "release": "llama-cpp-python==0.3.35 (vendor/llama.cpp)"}
+    assert with_launch_facts(silent, None) == silent     # a server the suite did not start: what it stated, only
+    report = report_for([load_bug("mixing", "cross-request mixing: 2 of 100 outputs answered in another request's "
+                                            "context")], engine="llama.cpp",
+                        server_launch={CANDIDATE: launch})
+    report["inventories"][CANDIDATE] = with_launch_facts(silent, launch)
+    _, text = only_issue(tmp_path, report)
+    assert "engine: llama.cpp" in text and "version: b1-4df29be" in text and "model: t.gguf" in text
+    assert "release: llama-cpp-python==0.3.35 (vendor/llama.cpp) (the suite built the server from it)" in text
