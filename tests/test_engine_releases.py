@@ -9,7 +9,10 @@ releases; the two real llama.cpp releases are compared by scripts/nightly.sh (do
 """
 from __future__ import annotations
 
+import os
+import re
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -102,6 +105,40 @@ def test_what_a_build_cannot_do_is_a_configuration_error_naming_the_build_and_th
     with pytest.raises(ConfigError, match=r"servers.instances.spec.extra_args: llama-server 0.3.1 .*does not know "
                                           r"--no-spec-draft-backend-sampling"):
         command(llama_set("0.3.1", {}, extra_args=["--no-spec-draft-backend-sampling"]))
+
+
+def test_the_suite_refuses_a_release_that_cannot_serve_the_route_with_exit_4_before_starting_it(tmp_path):
+    """As a user meets it: the routes file names a release whose build has no --spec-type; one line, exit 4,
+    nothing started (the fake build would print its help, never serve)."""
+    fake_build(tmp_path / ".cache" / "spec-route-suite", "0.3.1", OLD_LLAMA_HELP)
+    (tmp_path / "routes.toml").write_text(f'''
+[servers]
+managed = "llama-cpp"
+model = "{TARGET}"
+version = "0.3.1"
+
+[servers.instances.spec]
+port = 18991
+speculation = {{ type = "draft-dflash", draft = "{DRAFT}" }}
+
+[baseline]
+kind = "hf"
+model = "{TARGET}"
+
+[candidate]
+kind = "openai"
+base_url = "http://127.0.0.1:18991/v1"
+model = "target"
+tokenizer = "{TARGET}"
+''')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_SUITE_")}
+    result = subprocess.run(["spec-route-suite", "--routes", "routes.toml"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, env={**env, "HOME": str(tmp_path)})
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and re.search(r"servers.instances.spec.speculation.type: llama-server 0.3.1 .*offers none "
+                                          r"of --spec-type", errors[0]), errors
+    assert "Traceback" not in result.stderr
 
 
 def test_a_vllm_release_gets_its_own_venv_and_its_flags_are_checked(cache):
