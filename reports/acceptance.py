@@ -23,7 +23,7 @@ DFlash on code, 1.46. So each real route clears both limits at least twice over,
 traffic broken: it is not, it just drafts little that a sampled target says.
 Too few drafted tokens cannot tell almost nothing from a weak drafter, so the floor is judged from
 FLOOR_MIN_DRAFT_TOKENS = 400 drafted tokens on: a route at the weakest real profile (5% accepted, 4 tokens a step)
-falls below the floor by chance with probability 0.004 at 400 (tests/test_acceptance_floor.py computes it), and
+falls below the floor by chance with probability 0.004 at 400 (tests/test_report_context.py computes it), and
 less with more. Fewer, with one token accepted, read "ran" as before, and the reason says the floor was not judged.
 """
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Why here: like the class phases (class_phases.py), a vLLM server's counters count every request it serves, so the
 speed gate defers such a route (a `load_acceptance_deferred` measurement) and the controller, at session finish and
 before it stops the servers it started, runs stressors/load_acceptance.py on the idle server: a `load_acceptance`
-measurement per route, and the collapse warning when the acceptance fell with the load in every round. A route that
-cannot be reached then is measured as not judged, with the reason. Environment: none.
+measurement per route, and the collapse warning when a loaded round's acceptance fell COLLAPSE_DROP below every
+one-at-a-time round. A route that cannot be reached then, or whose counters never moved at a level, is measured as
+not judged, with the reason (a named gap, never acceptance that held). Environment: none.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def run_load_phases(suite: SuiteConfig, collector, log: Callable[[str], None]) -
     if not deferred:
         return
     from spec_route_suite.session_graph import SessionGraph
-    from spec_route_suite.stressors.load_acceptance import collapse_finding, collapsed_levels, measure
+    from spec_route_suite.stressors.load_acceptance import collapse_finding, collapsed_levels, measure, unjudged
     specs = [s for s in suite.routes.candidates if s.name in deferred]
     graph = SessionGraph(suite, specs=specs)
     try:
@@ -34,8 +35,10 @@ def run_load_phases(suite: SuiteConfig, collector, log: Callable[[str], None]) -
                     {"route": spec.name, "test_id": asked.get("test_id", ""), "judged": False,
                      "why": f"the controller's load phases failed: {exc}"[:400]})
                 continue
+            why_not = unjudged(rounds)
             collector.measurements.setdefault("load_acceptance", []).append(
-                {"route": spec.name, "test_id": asked.get("test_id", ""), "judged": True,
+                {"route": spec.name, "test_id": asked.get("test_id", ""), "judged": not why_not,
+                 **({"why": why_not} if why_not else {}),
                  "rounds": [r.__dict__ for r in rounds], "collapsed": collapsed_levels(rounds)})
             finding = collapse_finding(rounds, route=spec.name)
             if finding is not None:

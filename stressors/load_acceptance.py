@@ -65,6 +65,16 @@ def _delta(before: AcceptanceSnapshot | None, after: AcceptanceSnapshot | None) 
     return after.minus(before)
 
 
+def unjudged(measured: Sequence[LevelRound]) -> str:
+    """Why these rounds cannot judge acceptance under load ("" when they can): a level whose counters never moved
+    (nothing drafted, or the counters unreadable) would otherwise read as acceptance that held."""
+    silent = sorted({m.level for m in measured if not m.drafts})
+    if not measured or silent:
+        return (f"the server's counters counted no drafted token at {', '.join(map(str, silent)) or 'any'} in flight "
+                f"(nothing drafted, or the counters unreadable), so acceptance under load was not measured")
+    return ""
+
+
 def collapsed_levels(measured: Sequence[LevelRound]) -> list[dict[str, Any]]:
     """The loaded levels with a round at least COLLAPSE_DROP below the lowest one-at-a-time round."""
     alone = [m.length for m in measured if m.level == 1 and m.length is not None]

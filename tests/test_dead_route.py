@@ -107,12 +107,18 @@ def run_suite(tmp_path, fault: str) -> tuple[subprocess.CompletedProcess, dict, 
 
 @pytest.mark.parametrize("fault", ["dies_at_first_verify", ""])
 def test_an_engine_that_dies_at_its_first_verify_step_reads_avoid_with_one_finding(tmp_path, fault):
-    """Proven both ways at one budget: the planted death is one bug finding and one issue file, every other test
-    of the candidate "not run"; the correct engine at the same budget has no finding."""
+    """Proven both ways at one budget: the planted death is one bug finding and one issue file naming the request
+    that killed it, with a repro that replays it against both routes, every other test of the candidate "not run",
+    in less time than the correct engine's run; the correct engine at the same budget has no finding."""
     result, report, elapsed = run_suite(tmp_path, fault)
     if not fault:
         assert result.returncode == 0 and not [f for f in report["findings"] if f["severity"] in ("bug", "error")]
         return
+    [death] = [f for f in report["findings"] if f["severity"] == "bug"]
+    [issue_file] = (tmp_path / "out").glob("*/issues/*.md")
+    assert death["details"]["request_id"] in issue_file.read_text()
+    repro = death["details"]["repro"]   # the killing request, replayed against both routes: the baseline's control
+    assert set(repro["routes"]) == set(repro["case"]["request"]) == {"baseline", "candidate"}, repro
     assert result.returncode == 1, result.stdout[-3000:]
     [finding] = [f for f in report["findings"] if f["severity"] in ("bug", "error")]
     assert finding["severity"] == "bug" and finding["details"]["error_kind"] == "route-died", finding
@@ -122,4 +128,4 @@ def test_an_engine_that_dies_at_its_first_verify_step_reads_avoid_with_one_findi
     assert sum(t["outcome"] in ("failed", "error") for t in candidate_tests) == 1
     assert all(t["reason"].startswith("not run: route 'candidate' died at request")
                for t in candidate_tests if t["outcome"] == "skipped")
-    assert elapsed < 300, f"{elapsed:.0f}s"
+    assert elapsed < 120, f"{elapsed:.0f}s: a dead route must end the run, not run it to its end"

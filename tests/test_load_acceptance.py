@@ -20,7 +20,8 @@ from spec_route_suite.reports.run_report import load_acceptance_gaps
 from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, Route
 from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.session import RouteHandle
-from spec_route_suite.stressors.load_acceptance import LevelRound, collapse_finding, collapsed_levels, measure
+from spec_route_suite.stressors.load_acceptance import (LevelRound, collapse_finding, collapsed_levels, measure,
+                                                        unjudged)
 from tests.mutation import ROOT
 from tests.test_route_hangs import fast  # noqa: F401 (a fixture)
 
@@ -79,6 +80,19 @@ def test_a_drop_in_company_is_seen_and_a_steady_route_passes(fast, loaded, colla
 def test_near_tie_wobble_is_not_a_collapse():
     rounds = [LevelRound(1, n, 158, 273) for n in range(6)] + [LevelRound(8, n, 159, 272) for n in range(6)]
     assert collapsed_levels(rounds) == []
+
+
+def test_counters_that_never_move_at_a_level_are_not_acceptance_that_held():
+    held = [LevelRound(1, n, 158, 273) for n in range(6)] + [LevelRound(8, n, 159, 272) for n in range(6)]
+    assert unjudged(held) == ""
+    silent = [LevelRound(1, n, 158, 273) for n in range(6)] + [LevelRound(8, n, 0, 0) for n in range(6)]
+    assert "counted no drafted token at 8 in flight" in unjudged(silent)
+    assert collapse_finding(silent, route="c") is None, "no warning: no evidence either way"
+    assert "not measured" in unjudged([])
+    speed = {"candidate": "c", "rows": {"candidate": [{"concurrency": 1}, {"concurrency": 8}]}}
+    [gap] = load_acceptance_gaps({"speed": [speed], "load_acceptance": [{"route": "c", "judged": False,
+                                                                         "why": unjudged(silent)}]})
+    assert gap.subject == "speed: acceptance under load", gap
 
 
 def test_a_route_with_no_counters_at_all_is_a_named_gap():
