@@ -242,14 +242,17 @@ def test_an_interrupted_run_still_ends_with_its_verdict(tmp_path):
     if CLI is None:
         pytest.fail("the spec-route-suite console script is not on PATH")
     # the whole route suite on one category, serially: minutes of work, so the interrupt lands mid-run
+    # unbuffered, so the first progress line arrives when the first test ends, not when a pipe buffer fills
     proc = subprocess.Popen([CLI, "-p", "no:xdist", "--categories", "math"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out = []
     for line in proc.stdout:   # interrupt once tests are passing
         out.append(line)
         if line.startswith("equivalence/") or line.startswith(".") or "%]" in line:
             break
     time.sleep(2)
+    assert proc.poll() is None, "the run ended before the interrupt: " + "".join(out)[-2000:]
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=300)
     text = "".join(out) + rest
