@@ -1,4 +1,5 @@
-"""Every run README.md or docs/ cite is committed under docs/runs/ (issue #41 item 4).
+"""Every run README.md or docs/ cite is committed under docs/runs/ (issue #41 item 4), and the README's power figures
+for the reported protocol are the committed benchmark's (issue #42).
 
 Why: numbers quoted from a run folder on a machine that is gone cannot be checked by anyone. A cited run is a
 folder under docs/runs/ holding a suite run (a trimmed report.json and its summary.md: reports/trim.py) or a
@@ -43,3 +44,30 @@ def test_each_committed_run_is_a_suite_run_or_a_benchmark_table():
 def test_the_citation_scan_can_fail():
     assert citations("see docs/runs/nope/summary.md.") == {"docs/runs/nope/summary.md"}
     assert not (ROOT / "docs/runs/nope/summary.md").exists()
+
+
+POWER_RUN = RUNS / "protocol-power" / "benchmark.md"
+
+
+def power_table(benchmark: str) -> dict[str, list[float]]:
+    """The benchmark's first table: flip rate -> its four shares (first look and overall, AR at 0% and at 1%)."""
+    rows = re.findall(r"^\| (\d+)% \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", benchmark, re.M)
+    return {rate: [float(x) for x in shares] for rate, *shares in rows}
+
+
+def test_the_readmes_protocol_power_is_the_committed_benchmarks():
+    """The README's sentence on the reported protocol's power quotes the committed benchmark's AR-0% columns, rounded
+    to whole percent (a half either way), and its false-charge bound is the largest overall false-charge share of the clean table."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"flip at ([\d /]+)% is charged in ([\d /]+)% of runs \(([\d /]+)% at the first look.*?"
+                     r"no worse than the AR server in at most ([\d.]+)%", readme)
+    assert said, "the README's protocol-power sentence changed shape: keep it tied to docs/runs/protocol-power"
+    rates, overall, first = (said.group(i).strip().split(" / ") for i in (1, 2, 3))
+    bound = said.group(4)
+    table = power_table(POWER_RUN.read_text())
+    assert set(rates) <= set(table), (rates, sorted(table))
+    for rate, share_overall, share_first in zip(rates, overall, first):
+        assert abs(100 * table[rate][0] - int(share_first)) <= 0.5 + 1e-9, (rate, table[rate])
+        assert abs(100 * table[rate][1] - int(share_overall)) <= 0.5 + 1e-9, (rate, table[rate])
+    clean = [float(x) for x in re.findall(r"^\| \d+% \| [\d.]+ \| ([\d.]+) \(alpha", POWER_RUN.read_text(), re.M)]
+    assert clean and float(bound) == round(100 * max(clean), 2), (bound, clean)
