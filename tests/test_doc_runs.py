@@ -57,7 +57,7 @@ def power_table(benchmark: str) -> dict[str, list[float]]:
 
 def test_the_readmes_protocol_power_is_the_committed_benchmarks():
     """The README's sentence on the reported protocol's power quotes the committed benchmark's AR-0% columns, rounded
-    to whole percent (a half either way), and its false-charge bound is the largest overall false-charge share of the clean table."""
+    to whole percent (a half either way), and its false-charge bound is the clean table's largest overall share."""
     readme = " ".join((ROOT / "README.md").read_text().split())
     said = re.search(r"flip at ([\d /]+)% is charged in ([\d /]+)% of runs \(([\d /]+)% at the first look.*?"
                      r"no worse than the AR server in at most ([\d.]+)%", readme)
