@@ -64,10 +64,11 @@ def test_the_readmes_protocol_power_is_the_committed_benchmarks():
     assert said, "the README's protocol-power sentence changed shape: keep it tied to docs/runs/protocol-power"
     rates, overall, first = (said.group(i).strip().split(" / ") for i in (1, 2, 3))
     bound = said.group(4)
-    table = power_table(POWER_RUN.read_text())
+    benchmark = POWER_RUN.read_text()
+    table = power_table(benchmark)
     assert set(rates) <= set(table), (rates, sorted(table))
     for rate, share_overall, share_first in zip(rates, overall, first):
         assert abs(100 * table[rate][0] - int(share_first)) <= 0.5 + 1e-9, (rate, table[rate])
         assert abs(100 * table[rate][1] - int(share_overall)) <= 0.5 + 1e-9, (rate, table[rate])
-    clean = [float(x) for x in re.findall(r"^\| \d+% \| [\d.]+ \| ([\d.]+) \(alpha", POWER_RUN.read_text(), re.M)]
+    clean = [float(x) for x in re.findall(r"^\| \d+% \| [\d.]+ \| ([\d.]+) \(alpha", benchmark, re.M)]
     assert clean and float(bound) == round(100 * max(clean), 2), (bound, clean)
