@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from spec_route_suite.reports.coverage import ANY_ROUTE, route_of_test
-from spec_route_suite.reports.server_words import SILENCES, cause_of_error, server_words
+from spec_route_suite.reports.server_words import SILENCES, SILENT_KINDS, cause_of_error, server_words
 from spec_route_suite.reports.shapes import shape_of
 
 CLUSTERED = ("bug", "error", "near-tie", "warning")   # in the order the summary lists them
@@ -87,13 +87,15 @@ def death_keys(findings: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str, 
 
 
 def dying_words(finding: dict[str, Any]) -> bool:
-    """A route error a dying server gives (a lost or refused connection, a server error): on a route that died in
-    the run it is one cause with the death, whichever check met it (one issue file, not one per check)."""
+    """A route error a dying server gives (a lost or refused connection, a server error, the silence of a wedge:
+    a timeout, a health check unanswered): on a route that died in the run it is one cause with the death,
+    whichever check met it (one issue file, not one per check)."""
     details = finding.get("details") or {}
     if finding.get("severity") != "error":
         return False
-    return details.get("error_kind") == "connection-lost" or (
-        details.get("error_kind") == "http-error" and bool(re.search(r"HTTP 5\d\d", finding.get("title", ""))))
+    kind = details.get("error_kind")
+    return kind == "connection-lost" or kind in SILENT_KINDS or bool(details.get("hung")) or (
+        kind == "http-error" and bool(re.search(r"HTTP 5\d\d", finding.get("title", ""))))
 
 
 def test_function(finding: dict[str, Any]) -> str:

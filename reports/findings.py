@@ -71,9 +71,16 @@ class Finding:
     def from_route_death(cls, error: Any, *, check: str, control: str, **details: Any) -> "Finding":
         """A route that died on a request its baseline serves: a bug, named once, by the request that did it."""
         cause = getattr(error, "cause", None)
-        what = f"{cause.kind}: {str(cause)[:160]}" if cause is not None else str(error)[:160]
+        kind = getattr(cause, "kind", "")
+        what = (str(error)[:160] if cause is None else str(cause)[:160] if kind == "route-error"
+                else f"{kind}: {str(cause)[:160]}")
+        how = "wedged" if kind == "timeout" else "died"   # a wedge: no answer, /health and a canary unanswered too
+        found_at = getattr(error, "found_at", "")
+        after = f"answered nothing from request {found_at} on" if found_at else "answered nothing"
+        if found_at:
+            details = {"found_at": found_at, **details}
         return cls(check=check, severity="bug", route=error.route or "unknown",
-                   title=f"the route died at request {error.request_id} ({what}), then answered nothing; {control}",
+                   title=f"the route {how} at request {error.request_id} ({what}), then {after}; {control}",
                    details={"error_kind": error.kind, "request_id": error.request_id, "cause": "route died",
                             "signature": "the route died, then answered nothing", "detail": str(error)[:2000],
                             "control": control, **details})

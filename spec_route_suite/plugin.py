@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from spec_route_suite import options
+from spec_route_suite import options, route_deaths
 from spec_route_suite.config import suite_config_from_options
 from spec_route_suite.routes.errors import CapabilityMissing, ContextExceeded, RouteDied, RouteError
-from spec_route_suite.routes.hangs import RouteHung
 from spec_route_suite.routes.config_errors import Problems
 from spec_route_suite.routes.spec import ConfigError
 from spec_route_suite.reports.collector import (UNJUDGED, UNJUDGED_PROPERTY, WORKER_STATE_KEY, RunCollector, check_of,
                                                 new_run_id)
-from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.terminal import require_shortfall, verdict_block
 from spec_route_suite.reports.writer import write_run_folder
@@ -200,59 +197,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     the routes are up (a context too small) becomes one line."""
     excinfo = call.excinfo
     check = check_of(item) or (UNJUDGED if (UNJUDGED_PROPERTY, "1") in item.user_properties else None)
+    collector = item.config.stash[COLLECTOR_KEY]
     if excinfo is not None and isinstance(excinfo.value, (RouteError, RouteDied)) and check:
-        error = excinfo.value
-        repro = _error_repro(item, error)
-        extra = {"phase": call.when, **({"repro": repro} if repro else {})}
-        finding = (_death_finding(item, error, check=check, **extra) if isinstance(error, RouteDied)
-                   else Finding.from_route_error(error, check=check, **extra))
-        item.config.stash[COLLECTOR_KEY].record(item, finding)
+        collector.record(item, route_deaths.failure_finding(item, excinfo.value, check=check, phase=call.when))
+    ended = call.when == "call" or (call.when == "setup" and excinfo is not None)   # the test's last phase
+    if ended and check:   # a candidate this test found wedged, whose baseline serves the request: its death
+        for finding in route_deaths.wedge_findings(item, check=check, phase=call.when):
+            collector.record(item, finding)
     outcome = yield
     if excinfo is not None and isinstance(excinfo.value, ConfigError):
         report = outcome.get_result()
         report.longrepr = f"bad configuration: {excinfo.value}"
         report.user_properties.append((USAGE_ERROR_PROPERTY, report.longrepr))
-
-
-def _death_finding(item: pytest.Item, error: RouteDied, *, check: str, **details) -> Finding:
-    """A candidate that died on a request the baseline serves: one bug finding naming that request (every later
-    check on it reads "not run"). The baseline answers the same request first, as the control; where it fails
-    too, or where the baseline itself died, it is the route error it is."""
-    request, session = getattr(error, "request", None), item.config.stash.get(ROUTE_SESSION_KEY, None)
-    baseline = item.config.stash[CONFIG_KEY].routes.baseline.name
-    control = "the baseline was not asked"
-    if session is not None and error.route != baseline and baseline in session.specs:
-        handle = session.handle(baseline)
-        if request is None:   # a call that carried no plain request: the baseline's own liveness is the control
-            if not handle.silent():
-                return Finding.from_route_death(error, check=check, control="the baseline still answers", **details)
-            control = "the baseline stopped answering too"
-        else:
-            try:
-                handle.generate(replace(request, request_id=f"{request.request_id}-control"))
-                return Finding.from_route_death(error, check=check, control="the baseline answers the same request",
-                                                **details)
-            except (RouteError, RouteHung, RouteDied) as exc:
-                control = f"the baseline fails it too ({str(exc)[:200]})"
-    return replace(Finding.from_route_error(error, check=check, **details),
-                   title=f"{error.describe()[:250]}; {control}")
-
-
-def _error_repro(item: pytest.Item, error: RouteError) -> dict | None:
-    """The failed request resent to the route that failed it, with the test's other route as the control."""
-    request, session = getattr(error, "request", None), item.config.stash.get(ROUTE_SESSION_KEY, None)
-    if request is None or session is None or error.route not in session.specs:
-        return None
-    baseline = item.config.stash[CONFIG_KEY].routes.baseline.name
-    callspec = getattr(item, "callspec", None)
-    other = baseline if error.route != baseline else (callspec.params.get("candidate") if callspec else None)
-    if other not in session.specs:
-        return None
-    from spec_route_suite.reports.repro_spec import error_repro
-    try:
-        return error_repro(request, candidate=session.handle(error.route), baseline=session.handle(other))
-    except Exception:  # noqa: BLE001 - a repro that cannot be worded must not hide the route error itself
-        return None
 
 
 class UsageErrors:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from spec_route_suite.reports.findings import UNDER_LOAD, UNHEALTHY, Finding
 from spec_route_suite.reports.repro_spec import load_repro
-from spec_route_suite.routes.base import Completion
+from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
@@ -46,6 +46,7 @@ class AfterWave:
     error: str = ""
     error_kind: str = ""
     at: str = ""
+    request: Request | None = None   # the canary sent
 
     @property
     def stopped(self) -> bool:
@@ -161,7 +162,10 @@ class AbortWave(CanaryStressor):
             self.problems.append(findings.add(Finding(
                 check=CHECK, severity="error", route=self.candidate.name, prompt_id=item.key, title=title,
                 details={"request_id": f"post-abort-canary-{item.key}", "error_kind": mine.error_kind})).title)
-            self.candidate.mark_hung(f"no answer after {self.aborted} client disconnects (aborts)")
+            # at the canary: when the baseline answers it and the candidate stays silent, the wiring names the wedge
+            # as the candidate's death (spec_route_suite/plugin.py)
+            self.candidate.mark_hung(f"no answer after {self.aborted} client disconnects (aborts)",
+                                     request_id=mine.request.request_id, request=mine.request)
         elif mine.canary.token_ids != self.references[item.key].token_ids:
             canary_id = f"post-abort-canary-{item.key}"
             title = (f"after {self.aborted} disconnects the canary {canary_id} answered {mine.canary.text!r}, alone "
@@ -178,9 +182,9 @@ class AbortWave(CanaryStressor):
         timeout = min(handle.timeout_s, max(10.0, 50 * references[item.key].latency_s))
         canary = self.request(item.key, request_id=f"post-abort-canary-{item.key}", timeout_s=timeout)
         try:
-            return AfterWave(handle.name, healthy, handle.probe(canary, timeout_s=timeout), at=clock())
+            return AfterWave(handle.name, healthy, handle.probe(canary, timeout_s=timeout), at=clock(), request=canary)
         except RouteError as exc:
-            return AfterWave(handle.name, healthy, None, exc.describe(), exc.kind, at=clock())
+            return AfterWave(handle.name, healthy, None, exc.describe(), exc.kind, at=clock(), request=canary)
 
     def both_hung(self, findings, mine: AfterWave, theirs: AfterWave) -> None:
         """The same wave left the baseline unanswering too: one engine finding about the server, both routes

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Iterable, Sequence
 
 from spec_route_suite.routes.base import Completion, Request, Route
-from spec_route_suite.routes.errors import RouteDied, RouteError, stops_a_route
+from spec_route_suite.routes.errors import RouteDied, RouteError, RouteTimeout, stops_a_route
 from spec_route_suite.progress import track
 from spec_route_suite.reports.findings import Finding
 
@@ -163,6 +163,7 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
                         completion = await route.generate(req)
                 except TimeoutError:
                     kind, message = "timeout", f"no answer within {timeout:.1f}s under load"
+                    failure = RouteTimeout(message, request_id=req.request_id)
         except RouteError as exc:
             kind, message, failure = exc.kind, exc.describe(), exc
         except asyncio.CancelledError:
@@ -176,6 +177,8 @@ async def _drive(route: Route, submissions: Sequence[Submission], *, concurrency
                                                loop.time() - t0, in_flight)
             progress.advance()
         asks = kind == "timeout" or (failure is not None and stops_a_route(failure))
+        if failure is not None:
+            failure.request = req   # the watch marks the route hung or dead at this request
         if asks and watch is not None and not hung:
             async with asking:   # one health probe at a time: the requests that failed together ask once
                 why = "" if hung else await watch(failure)

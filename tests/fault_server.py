@@ -8,7 +8,10 @@ tests/hostile_shapes.py (BODY_SHAPES for plain answers, STREAM_SHAPES for event 
 its shape, so a test can match each finding to the shape that caused it. Switches plant answers that
 are well-formed but wrong (an early "stop" under load, all-zero logprobs, usage above max_tokens), and
 an engine that wedges after client disconnects (`wedge_after_disconnects`: like an older llama.cpp server
-whose HTTP threads stay held by dead connections, it then answers nothing, /health included, until stopped).
+whose HTTP threads stay held by dead connections, it then answers nothing, /health included, until stopped), and
+an engine that dies as vLLM's does when its EngineCore fails (`die_at`: HTTP 500 to that request and to every one
+after it while /health still answers, then, at the first request whose id starts with `exit_at`, the process gone:
+that connection cut, every later one refused).
 Environment: none.
 """
 from __future__ import annotations
@@ -42,6 +45,12 @@ class FaultPlan:
     zero_logprobs: bool = False        # well-formed but wrong: every logprob exactly 0.0
     over_report_usage: float = 0.0     # well-formed but wrong: this share of answers bills more than max_tokens
     wedge_after_disconnects: int = 0   # after this many clients hung up before their answer, answer nothing more
+    die_at: str = ""                   # the first request whose id starts so kills the engine (then HTTP 500s)
+    exit_at: str = ""                  # after it died, the first request whose id starts so finds the server gone
+    killed_by: str = ""                # the request id that killed it
+    dying: threading.Event = field(default_factory=threading.Event)
+    exiting: threading.Event = field(default_factory=threading.Event)
+    exited: threading.Event = field(default_factory=threading.Event)
     served: list[tuple[str, str]] = field(default_factory=list)   # (request id, shape)
     over_reported: list[str] = field(default_factory=list)        # request ids billed above max_tokens
     in_flight: int = 0
@@ -85,6 +94,17 @@ class FaultPlan:
             self.disconnects += 1
             if self.wedge_after_disconnects and self.disconnects >= self.wedge_after_disconnects:
                 self.wedged.set()
+
+    def engine_dead(self, request_id: str) -> bool:
+        """Has the engine died (at this request, when it is the first `die_at` one)? The server's exit follows at
+        the first `exit_at` request after it."""
+        with self._lock:
+            if self.die_at and not self.dying.is_set() and request_id.startswith(self.die_at):
+                self.killed_by = request_id
+                self.dying.set()
+            if self.dying.is_set() and self.exit_at and request_id.startswith(self.exit_at):
+                self.exiting.set()
+            return self.dying.is_set()
 
     def hold(self) -> bool:
         """A wedged server holds the calling thread until stopped; True when it did (nothing is answered)."""
@@ -173,17 +193,23 @@ class FaultHandler(_Handler):
     plan: FaultPlan
 
     def do_GET(self) -> None:  # noqa: N802 - http.server API
-        if self.plan.hold():
+        if self.plan.hold() or self._exited():
             self.close_connection = True
             return
         super().do_GET()
 
     def do_POST(self) -> None:  # noqa: N802 - http.server API
-        if self.plan.hold():
+        if self.plan.hold() or self._exited():
             self.close_connection = True
             return
         length = self.headers.get("Content-Length", "")
         raw = self.rfile.read(int(length)) if length.isdigit() else b""
+        if self.plan.engine_dead(self.headers.get("X-Request-Id") or ""):   # vLLM after its EngineCore died: 500s
+            if self.plan.exiting.is_set() and self._exited():
+                self.close_connection = True
+                return
+            return _Handler._send(self, 500, {"error": {"message": "EngineCore encountered an issue. See stack trace "
+                                                                   "(above) for the root cause.", "code": 500}})
         try:
             payload = json.loads(raw or b"{}")
         except ValueError:
@@ -204,6 +230,16 @@ class FaultHandler(_Handler):
             # Back to the socket: left on the spent BytesIO, the keep-alive loop would read EOF as the next
             # request and drop the connection silently, and a client reusing it would see a disconnect.
             self.rfile = connection_reader
+
+    def _exited(self) -> bool:
+        """The server process is gone (`die_at`): a kept-alive connection is cut without an answer."""
+        if not (self.plan.die_at and self.plan.exiting.is_set()):
+            return False
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return True
 
     def _hung_up(self) -> bool:
         """The client left while its answer was computed: counted (it may wedge the server), nothing sent."""
@@ -244,10 +280,23 @@ def serve_faults(uri: str, plan: FaultPlan, *, model_name: str = "hostile",
     httpd = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="fault-server", daemon=True)
     thread.start()
+    closed = threading.Lock()
 
     def stop() -> None:
-        plan.released.set()
-        httpd.shutdown()
-        httpd.server_close()
-        engine.close()
+        with closed:
+            if plan.exited.is_set():
+                return
+            plan.exited.set()
+            plan.released.set()
+            plan.exiting.set()
+            httpd.shutdown()
+            httpd.server_close()
+            engine.close()
+
+    def exit_when_dead() -> None:   # an engine that died takes its server down: connections refused
+        plan.exiting.wait()
+        if not plan.exited.is_set():
+            stop()
+    if plan.die_at:
+        threading.Thread(target=exit_when_dead, name="fault-server-exit", daemon=True).start()
     return f"http://127.0.0.1:{httpd.server_address[1]}/v1", stop

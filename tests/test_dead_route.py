@@ -16,10 +16,12 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 import spec_route_suite.routes.hangs as hangs
+from spec_route_suite.reports.findings import Finding
 from spec_route_suite.routes.base import Capabilities, Completion, Request, Route
 from spec_route_suite.routes.errors import RouteDied, RouteDisconnected, RouteHTTPError
 from spec_route_suite.routes.hangs import HangBoard, RouteHung
@@ -80,6 +82,69 @@ def test_a_server_error_on_a_healthy_route_stays_the_error_it_is(fast, monkeypat
     assert board.hung("dying") is None and handle.generate(request("r2")).text == "ok"
 
 
+def test_a_death_found_later_is_named_at_the_server_error_it_began_with(fast, monkeypatch, tmp_path):
+    """vLLM's F2 as two workers see it: one meets an HTTP 500 while /health still answers (a route error, kept on the
+    run's board with its request); the other, in a later test, finds the server gone. The death is named at the 500's
+    request, found at the later one, and the 500's request (read back from the board's file) is what the repro and
+    the control resend."""
+    route = DyingRoute(answers=0, flaky=1)
+    path = tmp_path / "route-hangs.json"
+    one, two = (make_handle(route, fast, HangBoard(path), name="dying") for _ in range(2))
+    monkeypatch.setattr(hangs, "_current_test", "equivalence/test_distribution.py::test_d")
+    first = replace(request("dist-1"), temperature=0.7, seed=3, stop=("\n",))
+    with pytest.raises(RouteHTTPError):
+        one.generate(first)
+    assert HangBoard(path).hung("dying") is None, "a 500 on a route that answers /health is not a death"
+    monkeypatch.setattr(hangs, "_current_test", "stressors/test_mixing.py::test_m")
+    with pytest.raises(RouteDied) as died:
+        two.generate(request("chat-probe"))
+    error = died.value
+    assert (error.request_id, error.found_at, error.found_in) == ("dist-1", "chat-probe",
+                                                                  "stressors/test_mixing.py::test_m")
+    assert error.request == first, "the request it died on, as sent, from the other worker's record"
+    finding = Finding.from_route_death(error, check="mixing", control="the baseline answers the same request")
+    assert finding.title.startswith("the route died at request dist-1 (http-error: HTTP 500: try again), then "
+                                    "answered nothing from request chat-probe on;"), finding.title
+    assert "found dead at request chat-probe" in str(error) and "equivalence/test_distribution.py" in str(error)
+
+
+def test_a_route_that_dies_in_a_concurrent_batch_is_named_at_its_first_server_error(fast, monkeypatch):
+    """Seen on vLLM's DFlash preset: the distribution check's samples go out together (generate_concurrently, failures
+    in place), so its HTTP 500 never reached the death judgement and the death was named at a later request. The
+    batch's first failure that may kill a route is judged as a single request's is: named there, once."""
+    route = DyingRoute(answers=0, flaky=1)
+    handle = make_handle(route, fast, HangBoard(), name="dying")
+    monkeypatch.setattr(hangs, "_current_test", "equivalence/test_distribution.py::test_d")
+    with pytest.raises(RouteDied) as died:
+        handle.generate_concurrently([request(f"dist-{i}") for i in range(4)], concurrency=1)
+    assert died.value.request_id == "dist-0" and died.value.request.request_id == "dist-0"
+    assert died.value.cause.kind == "http-error"
+    healthy = make_handle(DyingRoute(answers=10, flaky=1), fast, HangBoard(), name="dying")
+    outs = healthy.generate_concurrently([request(f"d-{i}") for i in range(4)], concurrency=1)
+    assert isinstance(outs[0], RouteHTTPError) and outs[0].request.request_id == "d-0" and healthy.hang() is None
+
+
+def test_a_server_error_the_route_answered_after_is_not_where_it_died(fast, monkeypatch):
+    """A 500, then an answer, then the death: the death is the later request's (the 500 did not kill it); and a 500
+    longer than DYING_WINDOW_S before the death is not where it died either."""
+    route = DyingRoute(answers=1, flaky=1)
+    handle = make_handle(route, fast, HangBoard(), name="dying")
+    monkeypatch.setattr(hangs, "_current_test", "t::a")
+    with pytest.raises(RouteHTTPError):
+        handle.generate(request("r1"))
+    handle.generate(request("r2"))
+    with pytest.raises(RouteDied) as died:
+        handle.generate(request("r3"))
+    assert died.value.request_id == "r3" and not died.value.found_at
+    late = make_handle(DyingRoute(answers=0, flaky=1), fast, HangBoard(), name="dying")
+    monkeypatch.setattr(hangs, "DYING_WINDOW_S", 0.0)
+    with pytest.raises(RouteHTTPError):
+        late.generate(request("r1"))
+    with pytest.raises(RouteDied) as died:
+        late.generate(request("r2"))
+    assert died.value.request_id == "r2"
+
+
 def test_a_route_that_dies_under_load_ends_the_run_naming_the_first_request_that_failed(fast, monkeypatch):
     route, board = DyingRoute(answers=20), HangBoard()
     handle = make_handle(route, fast, board, name="dying")
@@ -129,3 +194,61 @@ def test_an_engine_that_dies_at_its_first_verify_step_reads_avoid_with_one_findi
     assert all(t["reason"].startswith("not run: route 'candidate' died at request")
                for t in candidate_tests if t["outcome"] == "skipped")
     assert elapsed < 120, f"{elapsed:.0f}s: a dead route must end the run, not run it to its end"
+
+
+# ---------------------------------------------------------------- vLLM's F2 pattern: a 500, then connections refused
+ENGINE_CORE_PATHS = ["equivalence/test_distribution.py", "stressors/test_mixing.py", "stressors/test_batch_invariance.py"]
+ENGINE_CORE_ARGS = ("--prompt-limit", "2", "--stress-requests", "16", "--detect-tv", "0.5", "--concurrency", "1,4")
+
+
+def engine_core_run(tmp_path, die_at: str):
+    """Two in-process servers (the reference engine behind the OpenAI server); the candidate's engine dies as
+    vLLM's EngineCore does (F2, docs/vllm-cpu-findings.md) at the first request whose id starts with `die_at`
+    ("" never): an HTTP 500 while /health still answers, 500s to what follows, then the server gone from the
+    stressors' session-wide chat probe on (the request that finds it dead never reaches it)."""
+    from tests.fault_server import FaultPlan, serve_faults
+    from tests.mutation import run_route_suite
+    from tests.test_hostile_suite import TARGET
+    plans = [FaultPlan(share=0.0, stream_share=0.0),
+             FaultPlan(share=0.0, stream_share=0.0, die_at=die_at, exit_at="chat-probe")]
+    served = [serve_faults("reference:", plan, base=ROOT) for plan in plans]
+    try:
+        uris = [f"openai:{url}?model=hostile&tokenizer={TARGET}&timeout=20" for url, _ in served]
+        result = run_route_suite({"spec": uris[1]}, ENGINE_CORE_ARGS, tmp_path, paths=ENGINE_CORE_PATHS,
+                                 baseline_uri=uris[0], timeout_s=900, workers=1)
+    finally:
+        for _, stop in served:
+            stop()
+    return result, plans[1]
+
+
+@pytest.mark.parametrize("die_at", ["dist-", ""])
+def test_an_engine_core_that_dies_is_named_once_at_its_first_server_error(tmp_path, die_at):
+    """Seen on vLLM's DFlash preset: the death was named at a later "cannot connect" request the server never got
+    (twice: a session fixture's cached failure raised it again in a second test), not at the HTTP 500 where the
+    engine died. Proven both ways at one budget: the planted death is one bug finding named at the request that got
+    the first 500 (its repro resends that request), the other tests of the candidate "not run"; the same run on a
+    healthy engine has no finding."""
+    result, plan = engine_core_run(tmp_path, die_at)
+    report = result.report
+    assert report, result.describe()
+    failing = [f for f in result.findings if f["severity"] in ("bug", "error")]
+    if not die_at:
+        assert not failing and report["verdict"] != "avoid", [(f["check"], f["title"][:160]) for f in failing]
+        return
+    assert plan.killed_by.startswith("dist-") and plan.exiting.is_set()
+    deaths = [f for f in failing if f["details"].get("error_kind") == "route-died"]
+    assert len(deaths) == 1, [(f["check"], f["test_id"], f["title"][:160]) for f in deaths]
+    [death] = deaths
+    assert death["details"]["request_id"] == plan.killed_by and death["severity"] == "bug", death["title"]
+    assert "HTTP 500" in death["title"] and death["details"]["found_at"] == "chat-probe", death["title"]
+    resent = death["details"]["repro"]["case"]["request"]["candidate"]   # the request that got the first 500
+    assert resent["path"] == "/completions" and "messages" not in resent["body"], resent
+    assert report["verdict"] == "avoid" and len(report["issue_files"]) == 1, report["issue_files"]
+    later = [t for t in report["tests"] if "[spec" in t["nodeid"] and t["outcome"] == "skipped"
+             and "died at request" in t["reason"]]
+    assert later and all(t["reason"].startswith(f"not run: route 'spec' died at request {plan.killed_by}")
+                         for t in later), [t["reason"][:200] for t in later]
+    stressed = [t for t in report["tests"] if "[spec" in t["nodeid"] and "stressors/" in t["nodeid"]]
+    assert [t["outcome"] for t in stressed].count("error") == 1 == len(stressed) - len(later), \
+        "the test that found the death is its one failure; the stressors after it did not run"

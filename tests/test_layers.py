@@ -54,7 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # routes to the checks, and the tools that train models or write prompt files
     ("wiring", ("spec_route_suite.plugin", "spec_route_suite.cli", "spec_route_suite.__main__",
                 "spec_route_suite.class_phases", "spec_route_suite.load_phases", "spec_route_suite.schedule",
-                "spec_route_suite.session_graph",
+                "spec_route_suite.session_graph", "spec_route_suite.route_deaths",
                 "spec_route_suite.stash", "spec_route_suite.fixtures.*",
                 "spec_route_suite.fixtures.models.*", "spec_route_suite.equivalence.conftest",
                 "spec_route_suite.stressors.conftest")),

@@ -190,11 +190,13 @@ WEDGE_SELECTION = "aborts or accuracy_under_load or needle or identical or seede
 WEDGE_ARGS = ("--stress-requests", "48", "--concurrency", "1,8", "--prompt-limit", "1", "-k", WEDGE_SELECTION)
 
 
-def wedged_run(tmp_path: Path):
+def wedged_run(tmp_path: Path, *, baseline_wedges: bool = True):
     """The issue's servers in small: an AR server and a speculative one (reference engines behind the in-process
     OpenAI server) that answer nothing, /health included, after 3 client disconnects; the aborts stressor (the
-    first stressor a run reaches) wedges both, then the stressors after it run. (report, wall seconds, plans)."""
-    plans = [FaultPlan(share=0.0, stream_share=0.0, wedge_after_disconnects=3) for _ in range(2)]
+    first stressor a run reaches) wedges both (or the candidate alone), then the stressors after it run.
+    (result, plans: the baseline's, the candidate's)."""
+    plans = [FaultPlan(share=0.0, stream_share=0.0, wedge_after_disconnects=3 if wedges else 0)
+             for wedges in (baseline_wedges, True)]
     served = [serve_faults("reference:", plan, base=ROOT) for plan in plans]
     try:
         uris = [f"openai:{url}?model=hostile&tokenizer={TARGET}&timeout={WEDGE_TIMEOUT_S}" for url, _ in served]
@@ -223,4 +225,29 @@ def test_a_wedged_server_is_named_once_and_the_run_stays_bounded(tmp_path):
     assert not [f for f in result.findings if f["route"] == "spec" and f["severity"] in ("bug", "error")], \
         [(f["check"], f["title"][:160]) for f in result.findings if f["severity"] in ("bug", "error")]
     assert report["verdict"] != "adopt", report["verdict_reason"]
+    assert result.duration_s < 300, f"{result.duration_s:.0f}s: later tests waited out their timeouts"
+
+
+def test_a_server_that_wedges_alone_is_one_bug_named_at_its_request(tmp_path):
+    """The same run with the AR server healthy (issue #42 item 8): the candidate's wedge is one bug finding, AVOID,
+    named at the request it left unanswered, with the baseline's answer to that request as the control and a repro
+    that resends it to both; every later test of the candidate reads "not run", and the run stays bounded. The
+    engine-wide wedge above, at the same budget, charges the candidate nothing."""
+    result, plans = wedged_run(tmp_path, baseline_wedges=False)
+    assert plans[1].wedged.is_set() and not plans[0].wedged.is_set()
+    report = result.report
+    assert report, result.describe()
+    bugs = [f for f in result.findings if f["severity"] == "bug"]
+    assert len(bugs) == 1 and bugs[0]["details"]["error_kind"] == "route-died", \
+        [(f["check"], f["title"][:200]) for f in bugs]
+    [wedge] = bugs
+    request_id = wedge["details"]["request_id"]
+    assert wedge["title"].startswith(f"the route wedged at request {request_id} (timeout") and \
+        wedge["title"].endswith("the baseline answers the same request"), wedge["title"]
+    assert set(wedge["details"]["repro"]["case"]["request"]) == {"baseline", "candidate"}
+    assert report["verdict"] == "avoid" and len(report["issue_files"]) == 1, report["issue_files"]
+    later = [t for t in report["tests"] if "test_aborts" not in t["nodeid"]]
+    assert later and all(t["outcome"] == "skipped" and t["reason"].startswith(
+        f"not run: route 'spec' died at request {request_id}") for t in later), \
+        [(t["nodeid"], t["outcome"], t["reason"][:160]) for t in later]
     assert result.duration_s < 300, f"{result.duration_s:.0f}s: later tests waited out their timeouts"
