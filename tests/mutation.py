@@ -175,6 +175,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_last_draft", "greedy", expect="regression", args=("-k", "test_greedy_matches_baseline")),
     # performance faults with unchanged answers (issue #43): a warning of their family keeps the route from adopt
     Mutant("drafter_state_carried", "draft-history", expect="warning"),
+    Mutant("collapse_in_company", "speed", expect="warning",
+           repro_gap="the speed gate's warning is judged over a prompt set alone and in company (a sign test), "
+                     "not on one request a script could resend"),
     # against the engine's own AR twin with the same prompt cache (the hf baseline has none to compare turn 2 with)
     Mutant("cache_keeps_drafts_past_end", "turn-reuse", expect="warning", engine=(("prefix_cache", "on"),),
            baseline="reference:?drafter=none&prefix_cache=on"),
@@ -319,9 +322,13 @@ def _declares(root: Path, module: str, check: str) -> bool:
                for path in (root / folder / f"{module}.py" for folder in ROUTE_SUITE))
 
 
+# catchers whose tests carry no check mark (the speed gate is measured, not a check family: its warnings name "speed")
+UNMARKED_CATCHERS = {"speed": ["stressors/test_speed.py"]}
+
+
 def catcher_paths(mutant: Mutant) -> list[str]:
     """Where the catcher lives; the near-tie verdict needs the greedy check's divergence classifier."""
-    paths = check_paths(mutant.catcher)
+    paths = UNMARKED_CATCHERS.get(mutant.catcher) or check_paths(mutant.catcher)
     if mutant.expect == "near-tie" and not (ROOT / "equivalence" / "divergence.py").exists():
         return []
     return paths
