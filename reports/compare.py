@@ -104,7 +104,10 @@ def candidate_table(candidates: dict[str, Any]) -> list[str]:
             continue
         answers, acceptance = entry["answers"], entry["acceptance"]
         overall = (acceptance.get("groups") or {}).get("all prompts") or {}
-        lines.append(f"| `{name}` | {versions_text(entry['versions'])} | {_answers_cell(answers, entry['prompts'])} | "
+        unconfirmed = entry.get("pair_unconfirmed") or []
+        engine = versions_text(entry["versions"]) + (
+            f" (pair unconfirmed: {_cell(', '.join(unconfirmed[:3]))} not stated)" if unconfirmed else "")
+        lines.append(f"| `{name}` | {engine} | {_answers_cell(answers, entry['prompts'])} | "
                      f"{_pair([overall.get('previous'), overall.get('current')], '.2f')} | {_verdict_cell(entry)} | "
                      f"{_speed_cell(entry['speed'])} |")
     return lines + ["", "Acceptance: a one-sided sign test over the prompts whose greedy acceptance changed, all "
@@ -139,7 +142,10 @@ def _verdict_cell(entry: dict[str, Any]) -> str:
     row = groups[found["details"]["regressed"][0]] if found else overall
     if not row["changed"]:
         return f"no regression (all {row['prompts']} prompts drafted alike)"
-    said = f"{row['lower']} of {row['changed']} changed prompts lower (p={row['p_value']:.2g}), {-row['drop']:+.0%}"
+    said = (f"{row['lower']} of {row['changed']} {row.get('unit') or 'changed prompts lower'} "
+            f"(p={row['p_value']:.2g}), {-row['drop']:+.0%}")
+    if row.get("unit"):   # the server's counters' rounds: which evidence it is
+        said = f"the server's counters, {said}"
     if not found:
         return f"no regression: {said}"
     falls = [(a - b, i) for i, (a, b) in enumerate(zip(row["positions"]["previous"], row["positions"]["current"]))]
@@ -153,8 +159,12 @@ def _speed_cell(levels: list[dict[str, Any]]) -> str:
     """"c=1: 89 -> 83 (107 -> 99), load 15.0 -> 14.6": the candidate's throughput, the baseline's, the load average."""
     if not levels:
         return "not measured in both runs"
+    def noise(s):
+        change, speedup = s.get("baseline_change"), s.get("speedup") or [None, None]
+        said = f", speedup {_pair(speedup, '.2f')}" if None not in speedup else ""
+        return said + (f" (the baseline itself {change:+.0%})" if change is not None else "")
     return "; ".join(f"c={s['concurrency']}: {_pair(s['throughput_tok_s'], '.0f')} "
-                     f"({_pair(s['baseline_throughput_tok_s'], '.0f')}), load "
+                     f"({_pair(s['baseline_throughput_tok_s'], '.0f')}){noise(s)}, load "
                      f"{_pair([sum(v) / len(v) if v else None for v in s['load_avg_1m']], '.1f')}" for s in levels)
 
 

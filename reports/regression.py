@@ -10,11 +10,18 @@ differs is said and skipped, never compared:
 - acceptance: greedy drafting is deterministic for a stateless drafter, so each answer's own counters compare prompt
   by prompt: the sign test over the prompts whose acceptance changed and the pooled drop threshold of the speed
   gate's collapse warning (stressors/acceptance_collapse.py acceptance_shift), over all prompts and per prompt
-  class, the run's alpha split by weight (half for all prompts, half shared by the classes). Each draft position's
-  pooled rate and its sign test are shown, not judged. Where answers state no counters (vLLM), the run-wide
-  per-class profiles (reports/by_class.py) are set side by side and no test is made.
+  class, the run's alpha split by weight (half for all prompts, half shared by the classes). Within each, half of its
+  share judges the mean and half is shared by the draft positions: a position whose per-prompt rates fall by the
+  sign test and whose pooled rate falls by the drop threshold is a regression too (a drafter whose last positions
+  degrade while the mean barely moves). Where answers state no counters (vLLM), the server's own
+  counters judge it: the controller's rounds on the idle server (stressors/load_acceptance.py: the same greedy
+  prompts, ROUNDS rounds one at a time and in company), each level's rounds against the previous run's by an exact
+  one-sided rank-sum test (6 rounds against 6: p = 1/924 when every round fell) and the same pooled drop threshold,
+  the run's alpha shared by the levels. Without such rounds in both runs the run-wide per-class profiles
+  (reports/by_class.py) are set side by side and no test is made.
 - speed: the speed gate's throughput at each concurrency level, the baseline's beside it (its own change between
-  the runs is the noise the machine made) and both runs' load averages: reported, never judged.
+  the runs is the noise the machine made, stated as a fraction), the speedup over the baseline in each run (what the
+  candidate's build changed beyond that noise) and both runs' load averages: reported, never judged.
 A drop by the test is a warning entry shaped like a finding and a gap of kind REGRESSION_KIND, which keeps the
 candidate from ADOPT and names both engine versions.
 Environment: none.
@@ -24,6 +31,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import PurePath
 from typing import Any, Mapping, Sequence
+
+from scipy.stats import mannwhitneyu
 
 from spec_route_suite.equivalence.greedy import first_divergence
 from spec_route_suite.reports.coverage import Gap
@@ -53,6 +62,9 @@ def candidate_comparisons(current: Mapping[str, Any], previous: Mapping[str, Any
                          "why": "not the same pair: " + "; ".join(differs)}
             continue
         out[name] = compare_candidate(current, previous, name, alpha=alpha, versions=versions)
+        unconfirmed = pair_unstated(current, previous, name)
+        if unconfirmed:
+            out[name]["pair_unconfirmed"] = unconfirmed
     return out
 
 
@@ -81,6 +93,17 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str) and a.endswith(".gguf") and b.endswith(".gguf"):
         return PurePath(a).name == PurePath(b).name
     return a == b
+
+
+def pair_unstated(current: Mapping[str, Any], previous: Mapping[str, Any], name: str) -> list[str]:
+    """The pair's fields one run's inventory did not state (its probe got no answer): compared all the same, since
+    nothing says the pair differs, and named, since nothing confirms it is the same."""
+    unstated = []
+    for role, route, fields in (("baseline", None, BASELINE_FIELDS), ("candidate", name, CANDIDATE_FIELDS)):
+        for run, report in (("this run", current), ("the previous run", previous)):
+            inventory = (report.get("inventories") or {}).get(route or _baseline(report)) or {}
+            unstated += [f"{role} {field} ({run})" for field in fields if inventory.get(field) in UNSTATED]
+    return unstated
 
 
 def pair_differences(current: Mapping[str, Any], previous: Mapping[str, Any], name: str) -> list[str]:
@@ -115,6 +138,7 @@ def compare_candidate(current: Mapping[str, Any], previous: Mapping[str, Any], n
                "only in this run": sum(1 for k in now if k not in then),
                "only in the previous run": sum(1 for k in then if k not in now)}
     acceptance = (acceptance_test({k: now[k] for k in same}, {k: then[k] for k in same}, alpha=alpha)
+                  or counter_rounds_test(current, previous, name, alpha=alpha)
                   or profile_comparison(current, previous, name, why=(
                       "the answers state no drafting counters (or none drafted)" if same else
                       "no greedy prompt was judged alike in both runs (other prompts, -k, or a run without "
@@ -172,13 +196,16 @@ def acceptance_test(now: Mapping[Any, Mapping[str, Any]], then: Mapping[Any, Map
     rows = {}
     for group, members in groups.items():
         shift = acceptance_shift({k: a[k][:2] for k in members}, {k: b[k][:2] for k in members})
+        positions = position_changes([a[k] for k in members], [b[k] for k in members])
+        fell = fallen_positions(positions, alpha=shares[group] / 2)
         rows[group] = {"prompts": shift.prompts, "changed": shift.changed, "lower": shift.lower,
                        "previous": round(shift.before, 4), "current": round(shift.after, 4),
                        "drop": round(shift.drop, 4), "p_value": shift.p_value, "alpha": shares[group],
-                       "regressed": shift.dropped(shares[group]),
-                       "positions": position_changes([a[k] for k in members], [b[k] for k in members])}
+                       "regressed": shift.dropped(shares[group] / 2) or bool(fell),
+                       "positions": {**positions, "regressed": fell}}
     return {"test": f"one-sided sign test over the prompts whose acceptance changed, at alpha {alpha:g} (half for "
-                    f"all prompts, half shared by the classes), and a pooled drop of at least {COLLAPSE_DROP:.0%}",
+                    f"all prompts, half shared by the classes; within each, half for the mean, half shared by the "
+                    f"draft positions), and a pooled drop of at least {COLLAPSE_DROP:.0%}",
             "alpha": alpha, "drop_threshold": COLLAPSE_DROP, "groups": rows}
 
 
@@ -194,6 +221,69 @@ def position_changes(then: Sequence[Sequence], now: Sequence[Sequence]) -> dict[
     return {"previous": [pooled(then, i) for i in range(width)], "current": [pooled(now, i) for i in range(width)],
             "p_value": [sign_p([accepted(d, i) / d[0] for d in now], [accepted(d, i) / d[0] for d in then])
                         for i in range(width)]}
+
+
+def fallen_positions(positions: Mapping[str, list], *, alpha: float) -> list[int]:
+    """The draft positions (from 1) whose per-prompt rates fell by the sign test at their share of `alpha` and whose
+    pooled rate fell by at least COLLAPSE_DROP."""
+    width = len(positions["p_value"])
+    return [i + 1 for i, (before, after, p) in enumerate(zip(positions["previous"], positions["current"],
+                                                              positions["p_value"]))
+            if before > 0 and p < alpha / width and after <= (1 - COLLAPSE_DROP) * before]
+
+
+def load_rounds(report: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """The route's judged load-acceptance rounds in this run (the controller's, on the idle server), or None."""
+    found = [m for m in (report.get("measurements") or {}).get("load_acceptance", [])
+             if m.get("route") == name and m.get("judged") and m.get("rounds")]
+    return found[-1] if found else None
+
+
+def counter_rounds_test(current: Mapping[str, Any], previous: Mapping[str, Any], name: str, *,
+                        alpha: float) -> dict[str, Any] | None:
+    """Each load level's rounds of the server's counters against the previous run's: an exact one-sided rank-sum
+    test and the pooled drop threshold, alpha shared by the levels. None without judged rounds over the same prompts
+    in both runs."""
+    now, then = load_rounds(current, name), load_rounds(previous, name)
+    if now is None or then is None or now.get("prompts_digest") != then.get("prompts_digest") \
+            or not now.get("prompts_digest"):
+        return None
+
+    def by_level(measured):
+        levels: dict[int, list] = defaultdict(list)
+        for r in measured["rounds"]:
+            if r.get("drafts"):
+                levels[int(r["level"])].append(r)
+        return levels
+    a, b = by_level(then), by_level(now)
+    levels = sorted(set(a) & set(b))
+    if not levels:
+        return None
+    share = alpha / len(levels)
+    rows = {}
+    for level in levels:
+        before, after = [_round_length(r) for r in a[level]], [_round_length(r) for r in b[level]]
+        pooled_before, pooled_after = _pooled_length(a[level]), _pooled_length(b[level])
+        p_value = float(mannwhitneyu(after, before, alternative="less", method="exact").pvalue)
+        drop = 1 - pooled_after / pooled_before if pooled_before else 0.0
+        rows[ALL_PROMPTS if level == 1 else f"{level} in flight"] = {
+            "prompts": now.get("prompts", 0), "changed": len(after), "lower": sum(x < min(before) for x in after),
+            "unit": "rounds below the previous run's lowest", "previous": round(pooled_before, 4),
+            "current": round(pooled_after, 4), "drop": round(drop, 4), "p_value": p_value, "alpha": share,
+            "regressed": p_value < share and pooled_after <= (1 - COLLAPSE_DROP) * pooled_before,
+            "positions": {"previous": [], "current": [], "p_value": []}}
+    return {"test": f"the server's counters (answers state no drafting): each level's rounds on the idle server "
+                    f"against the previous run's, an exact one-sided rank-sum test at alpha {alpha:g} shared by the "
+                    f"levels, and a pooled drop of at least {COLLAPSE_DROP:.0%}",
+            "alpha": alpha, "drop_threshold": COLLAPSE_DROP, "groups": rows}
+
+
+def _round_length(r: Mapping[str, Any]) -> float:
+    return 1 + r["accepted"] / r["drafts"]
+
+
+def _pooled_length(rounds: Sequence[Mapping[str, Any]]) -> float:
+    return 1 + sum(r["accepted"] for r in rounds) / sum(r["drafts"] for r in rounds)
 
 
 def profile_comparison(current: Mapping[str, Any], previous: Mapping[str, Any], name: str, *,
@@ -224,10 +314,20 @@ def speed_changes(current: Mapping[str, Any], previous: Mapping[str, Any], name:
 
     def both(side, level, key):
         return [(then[side].get(level) or {}).get(key), (now[side].get(level) or {}).get(key)]
-    return [{"concurrency": c, "throughput_tok_s": both("candidate", c, "throughput_tok_s"),
-             "baseline_throughput_tok_s": both("baseline", c, "throughput_tok_s"),
-             "load_avg_1m": both("candidate", c, "load_avg_1m")}
-            for c in sorted(set(now["candidate"]) & set(then["candidate"]))]
+
+    def ratio(a, b):
+        return round(a / b, 4) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+    out = []
+    for c in sorted(set(now["candidate"]) & set(then["candidate"])):
+        mine, theirs = both("candidate", c, "throughput_tok_s"), both("baseline", c, "throughput_tok_s")
+        noise = ratio(theirs[1], theirs[0])
+        out.append({"concurrency": c, "throughput_tok_s": mine, "baseline_throughput_tok_s": theirs,
+                    "load_avg_1m": both("candidate", c, "load_avg_1m"),
+                    # the baseline's own change between the runs is the machine's noise; the speedup over it (the
+                    # candidate's throughput over the baseline's, in each run) is what the candidate's build changed
+                    "baseline_change": round(noise - 1, 4) if noise is not None else None,
+                    "speedup": [ratio(mine[0], theirs[0]), ratio(mine[1], theirs[1])]})
+    return out
 
 
 def regression_entry(name: str, entry: Mapping[str, Any], *, previous_run: str) -> dict[str, Any] | None:
@@ -237,10 +337,16 @@ def regression_entry(name: str, entry: Mapping[str, Any], *, previous_run: str) 
     if not regressed:
         return None
     first, versions = groups[regressed[0]], entry["versions"]
-    summary = (f"acceptance length {first['previous']:.2f} -> {first['current']:.2f} (-{first['drop']:.0%}, sign test "
-               f"p={first['p_value']:.2g}), {regressed[0]}; {versions_text(versions)}")
-    title = (f"acceptance regression since run {previous_run}: {summary}; {first['lower']} of the {first['changed']} "
-             f"prompts whose acceptance changed went down")
+    test = "rank-sum test" if first.get("unit") else "sign test"
+    fell = (first.get("positions") or {}).get("regressed") or []
+    where = "".join(f"; draft position {i}: {first['positions']['previous'][i - 1]:.2f} -> "
+                    f"{first['positions']['current'][i - 1]:.2f} (sign test p={first['positions']['p_value'][i - 1]:.2g})"
+                    for i in fell[:2])
+    summary = (f"acceptance length {first['previous']:.2f} -> {first['current']:.2f} (-{first['drop']:.0%}, {test} "
+               f"p={first['p_value']:.2g}){where}, {regressed[0]}; {versions_text(versions)}")
+    tally = (f"{first['lower']} of the {first['changed']} {first['unit']}" if first.get("unit") else
+             f"{first['lower']} of the {first['changed']} prompts whose acceptance changed went down")
+    title = f"acceptance regression since run {previous_run}: {summary}; {tally}"
     return {"check": "compare", "severity": "warning", "route": name, "title": title, "summary": summary,
             "details": {"regressed": regressed, "previous_run": previous_run, "versions": dict(versions),
                         "why": "greedy answers draft alike on the same engine build; the answers may be right while "

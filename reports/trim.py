@@ -5,7 +5,8 @@
 Why: every number in README.md and docs/ cites a committed run, but a full report.json carries every test and
 every measurement (megabytes). The trimmed copy keeps what a reader checks a claim against (the verdicts and their
 gaps, the findings and their clusters, coverage, acceptance, classes, speed, inventories, notes) and drops the
-per-test list and the raw measurements other than the ones those sections are built from. The summary is rendered
+per-test list and the raw measurements other than the ones those sections are built from (and the greedy answers
+a nightly comparison between two committed runs is recomputed from). The summary is rendered
 from the same report, so it is copied whole. `--extra` copies more files beside them (a benchmark's printed table,
 a server's log tail). Environment: none.
 """
@@ -17,7 +18,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-KEPT_MEASUREMENTS = ("speed", "class_acceptance", "load_acceptance", "comparison")   # coverage: its rows are kept
+# coverage: its rows are kept; greedy_answer: a nightly comparison (reports/regression.py) is recomputed from two
+# trimmed runs
+KEPT_MEASUREMENTS = ("speed", "class_acceptance", "load_acceptance", "comparison", "greedy_answer")
 DETAILED = ("bug", "error", "warning", "near-tie")   # severities whose findings keep their details
 DROPPED = ("tests",)
 FINDING_DETAIL_CHARS = 2_000

@@ -21,7 +21,8 @@ def run_load_phases(suite: SuiteConfig, collector, log: Callable[[str], None]) -
     if not deferred:
         return
     from spec_route_suite.session_graph import SessionGraph
-    from spec_route_suite.stressors.load_acceptance import collapse_finding, collapsed_levels, measure, unjudged
+    from spec_route_suite.stressors.load_acceptance import (collapse_finding, collapsed_levels, measure,
+                                                            prompts_digest, unjudged)
     specs = [s for s in suite.routes.candidates if s.name in deferred]
     graph = SessionGraph(suite, specs=specs)
     try:
@@ -38,7 +39,8 @@ def run_load_phases(suite: SuiteConfig, collector, log: Callable[[str], None]) -
             why_not = unjudged(rounds)
             collector.measurements.setdefault("load_acceptance", []).append(
                 {"route": spec.name, "test_id": asked.get("test_id", ""), "judged": not why_not,
-                 **({"why": why_not} if why_not else {}),
+                 **({"why": why_not} if why_not else {}), "prompts": len(asked["prompts"]),
+                 "prompts_digest": prompts_digest(asked["prompts"]),
                  "rounds": [r.__dict__ for r in rounds], "collapsed": collapsed_levels(rounds)})
             finding = collapse_finding(rounds, route=spec.name)
             if finding is not None:

@@ -58,6 +58,12 @@ def measure(handle, prompt_ids: Sequence[Sequence[int]], levels: Sequence[int], 
     return out
 
 
+def prompts_digest(prompt_ids: Sequence[Sequence[int]]) -> str:
+    """Which prompts the rounds ran (a short hash of their ids): two runs' rounds compare only over the same ones."""
+    import hashlib
+    return hashlib.sha256(repr([list(p) for p in prompt_ids]).encode()).hexdigest()[:16]
+
+
 def _delta(before: AcceptanceSnapshot | None, after: AcceptanceSnapshot | None) -> AcceptanceSnapshot | None:
     """The level's own counters; None when either reading is missing or they count different things."""
     if before is None or after is None or before.scope != after.scope:

@@ -104,12 +104,12 @@ def test_a_route_with_no_counters_at_all_is_a_named_gap():
     assert load_acceptance_gaps({"speed": [stated]}) == []
 
 
-def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path):
-    """An OpenAI route to the in-process server, whose answers state no drafting but whose /metrics counts it:
-    the speed gate defers it, and the controller measures it on the idle server after the tests."""
-    out = tmp_path / "out"
+def counters_only_run(out, fault: str, *extra: str) -> dict:
+    """stressors/test_speed.py against an OpenAI route to the in-process server (answers that state no drafting, a
+    /metrics that counts it) serving the reference engine with `fault` ("" none); the run's report."""
+    uri = "reference:" + (f"?fault={fault}" if fault else "")
     script = (f"import threading, sys\nfrom spec_route_suite.servers.inprocess import build_engine, make_server\n"
-              f"engine = build_engine('reference:', model_name='tiny')\nhttpd = make_server(engine)\n"
+              f"engine = build_engine({uri!r}, model_name='tiny')\nhttpd = make_server(engine)\n"
               f"print(httpd.server_address[1], flush=True)\nhttpd.serve_forever()\n")
     server = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -117,11 +117,49 @@ def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path)
         done = subprocess.run([sys.executable, "-m", "pytest", "stressors/test_speed.py", "-p", "no:cacheprovider",
                                "--candidate", f"openai:http://127.0.0.1:{port}/v1?model=tiny&tokenizer="
                                "fixtures/models/target", "--prompt-limit", "2", "--concurrency", "8",
-                               "--report-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                               "--report-dir", str(out), *extra], cwd=ROOT, capture_output=True, text=True,
+                              timeout=900)
     finally:
         server.kill()
     assert done.returncode == 0, done.stdout[-3000:]
-    report = json.loads(next(out.glob("*/report.json")).read_text())
+    return json.loads(max(out.glob("*/report.json"), key=lambda p: p.stat().st_mtime).read_text())
+
+
+@pytest.mark.parametrize("fault", ["", "collapse_in_company"])
+def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path, fault):
+    """An OpenAI route to the in-process server, whose answers state no drafting but whose /metrics counts it:
+    the speed gate defers it, and the controller measures it on the idle server after the tests. Proven both ways
+    at one budget: the correct engine's acceptance holds in company (no warning); the planted collapse_in_company
+    (every draft rejected with two or more in flight, answers unchanged: llama.cpp's F4 in the extreme) is the
+    counters' collapse warning, and the run does not read ADOPT."""
+    report = counters_only_run(tmp_path / "out", fault)
     measured = report["measurements"].get("load_acceptance") or []
     assert measured and measured[0]["judged"] and len(measured[0]["rounds"]) == 12, report["measurements"].keys()
     assert not [g for g in report["gaps"] if "acceptance under load" in g]
+    collapses = [f for f in report["findings"] if f["check"] == "speed" and f["severity"] == "warning"
+                 and "collapses" in f["title"]]
+    if not fault:
+        assert not collapses, [f["title"] for f in collapses]
+        return
+    assert len(collapses) == 1 and "counters" in collapses[0]["title"], [f["title"] for f in report["findings"]]
+    assert report["verdict"] != "adopt", report["verdict_reason"]
+
+
+@pytest.mark.parametrize("fault", ["", "stale_last_draft"])
+def test_a_counters_only_acceptance_regression_is_caught_against_the_previous_run(tmp_path, fault):
+    """Nightly regression where answers state no drafting (vLLM): a run of the correct engine, then the same route
+    --compare-to it. Proven both ways at one budget: the planted stale_last_draft (lossless, its last draft position
+    reads the wrong state: acceptance lower, answers unchanged) is an acceptance regression judged by the server's
+    counter rounds, a gap that keeps ADOPT away; the correct engine rerun against the first run is none."""
+    first = counters_only_run(tmp_path / "first", "")
+    then = next((tmp_path / "first").glob("*/report.json")).parent
+    report = counters_only_run(tmp_path / "second", fault, "--compare-to", str(then))
+    [entry] = report["comparison"]["candidates"].values()
+    assert entry["compared"] and entry["acceptance"]["test"].startswith("the server's counters"), entry
+    regressed = [g for g in report["gaps"] if "acceptance regression" in g]
+    if not fault:
+        assert entry["regression"] is None and not regressed, entry["acceptance"]["groups"]
+        return
+    assert entry["regression"] and "rank-sum test" in entry["regression"]["title"], entry["acceptance"]["groups"]
+    assert regressed and report["verdict"] != "adopt"
+    assert first["run_id"] in entry["regression"]["title"]

@@ -16,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spec_route_suite.reports.collector import RunCollector, WorkerState
-from spec_route_suite.reports.compare import compare_reports
+from spec_route_suite.reports.compare import candidate_table, compare_reports
 from spec_route_suite.reports.gaps import KINDS, gap_rows
 from spec_route_suite.reports.redact import Redactor
 from spec_route_suite.reports.regression import REGRESSION_KIND
@@ -107,7 +109,12 @@ def test_one_model_converted_by_two_releases_is_the_same_pair():
     other = report("b", ACCEPTED, model=gguf("0.3.36", "target-c08a"), draft=gguf("0.3.36", "dflash-9999-for-c08a"))
     assert not candidate(other, then)["compared"]
     unanswered = report("a", ACCEPTED, model="unknown", draft=gguf("0.3.35", "dflash-4d4c-for-c08a"))   # no inventory
-    assert candidate(now, unanswered)["compared"]
+    entry = candidate(now, unanswered)
+    assert entry["compared"] and entry["pair_unconfirmed"] == ["candidate model (the previous run)"], \
+        "compared, since nothing says the pair differs, and named, since nothing confirms it"
+    assert "pair_unconfirmed" not in candidate(now, then)
+    table = "\n".join(candidate_table({"c": entry}))
+    assert "(pair unconfirmed: candidate model (the previous run) not stated)" in table, table
 
 
 def test_changed_answers_are_notes_only_where_both_runs_agree_with_their_baselines():
@@ -137,6 +144,63 @@ def test_answers_without_counters_get_the_profiles_and_no_test():
     assert entry["regression"] is None
 
 
+def by_position(prompt: str, accepted_per_position) -> dict:
+    record = answer(prompt, sum(accepted_per_position))
+    record["drafting"] = [10, sum(accepted_per_position), list(accepted_per_position)]
+    return record
+
+
+def test_a_draft_position_that_falls_is_a_regression_while_the_mean_barely_moves():
+    """The last draft position's rate 0.5 -> 0.1 on every prompt moves the mean by 9.8%, under the 10% threshold:
+    judged by position (half the group's alpha shared by the positions) it is a regression naming the position; the
+    same position lower on two prompts only is not."""
+    then = report("a", answers=[by_position(p, [10, 9, 7, 5]) for p in PROMPTS])
+    now = report("b", answers=[by_position(p, [10, 9, 7, 1]) for p in PROMPTS], version="b200")
+    entry = candidate(now, then)
+    overall = entry["acceptance"]["groups"]["all prompts"]
+    assert overall["drop"] < 0.10 and overall["positions"]["regressed"] == [4] and overall["regressed"]
+    assert "draft position 4: 0.50 -> 0.10" in entry["regression"]["title"], entry["regression"]["title"]
+    few = report("c", answers=[by_position(p, [10, 9, 7, 1 if i < 2 else 5]) for i, p in enumerate(PROMPTS)])
+    assert candidate(few, then)["regression"] is None
+
+
+def load_rounds(lengths_alone, lengths_loaded, *, digest="d1") -> dict:
+    """The controller's load-acceptance measurement: 6 rounds at 1 and at 8 in flight, 100 drafts each."""
+    rounds = [{"level": level, "round": n, "drafts": 100, "accepted": round(100 * (length - 1))}
+              for n in range(6) for level, length in ((1, lengths_alone[n]), (8, lengths_loaded[n]))]
+    return {"route": "c", "judged": True, "rounds": rounds, "prompts": 16, "prompts_digest": digest}
+
+
+def counters_only(run_id: str, alone, loaded, *, version="b100", digest="d1") -> dict:
+    plain = [{k: v for k, v in answer(p, a).items() if k != "drafting"} for p, a in zip(PROMPTS, ACCEPTED)]
+    out = report(run_id, ACCEPTED, answers=plain, version=version)
+    out["measurements"]["load_acceptance"] = [load_rounds(alone, loaded, digest=digest)]
+    return out
+
+
+STEADY = [2.90, 2.91, 2.90, 2.89, 2.90, 2.91]
+
+
+def test_answers_without_counters_are_judged_by_the_servers_counter_rounds():
+    """vLLM's answers state no drafting; the controller's rounds on the idle server (stressors/load_acceptance.py)
+    are the evidence. Proven both ways: acceptance 2.9 -> 2.2 in company in every round is a regression of the
+    8-in-flight level naming both versions, one at a time unchanged; the same rounds with a near-tie wobble are not;
+    rounds over other prompts are not compared."""
+    then = counters_only("a", STEADY, STEADY)
+    fell = counters_only("b", STEADY, [2.2, 2.21, 2.19, 2.2, 2.2, 2.22], version="b200")
+    entry = candidate(fell, then)
+    groups = entry["acceptance"]["groups"]
+    assert entry["acceptance"]["test"].startswith("the server's counters")
+    assert groups["8 in flight"]["regressed"] and groups["8 in flight"]["p_value"] == pytest.approx(1 / 924)
+    assert not groups["all prompts"]["regressed"]
+    assert entry["regression"] and "8 in flight" in entry["regression"]["title"] and "b100 -> b200" in \
+        entry["regression"]["title"] and "6 of the 6 rounds below" in entry["regression"]["title"]
+    wobble = counters_only("c", STEADY, [2.89, 2.90, 2.92, 2.88, 2.90, 2.91])
+    assert candidate(wobble, then)["regression"] is None
+    other = counters_only("d", STEADY, [2.2] * 6, digest="d2")
+    assert candidate(other, then)["acceptance"]["test"] == "none", "other prompts: side by side, no test"
+
+
 def test_speed_is_reported_with_the_baselines_own_change_and_the_load():
     def speed(cand, base, load):
         return {"candidate": "c", "rows": {
@@ -145,8 +209,11 @@ def test_speed_is_reported_with_the_baselines_own_change_and_the_load():
     entry = candidate(report("b", ACCEPTED, speed=speed(50.0, 20.0, [1.0, 1.2])),
                       report("a", ACCEPTED, speed=speed(80.0, 22.0, [0.5, 0.6])))
     assert entry["speed"] == [{"concurrency": 1, "throughput_tok_s": [80.0, 50.0],
-                               "baseline_throughput_tok_s": [22.0, 20.0], "load_avg_1m": [[0.5, 0.6], [1.0, 1.2]]}]
+                               "baseline_throughput_tok_s": [22.0, 20.0], "load_avg_1m": [[0.5, 0.6], [1.0, 1.2]],
+                               "baseline_change": -0.0909, "speedup": [3.6364, 2.5]}]
     assert entry["regression"] is None   # reported, not judged
+    cell = candidate_table({"c": entry})[2]
+    assert "c=1: 80 -> 50 (22 -> 20), speedup 3.64 -> 2.50 (the baseline itself -9%)" in cell, cell
 
 
 def _collector(tmp_path: Path, run_id: str, accepted, *, compare_to: Path | None = None) -> RunCollector:
