@@ -100,9 +100,12 @@ def pair_unstated(current: Mapping[str, Any], previous: Mapping[str, Any], name:
     nothing says the pair differs, and named, since nothing confirms it is the same."""
     unstated = []
     for role, route, fields in (("baseline", None, BASELINE_FIELDS), ("candidate", name, CANDIDATE_FIELDS)):
-        for run, report in (("this run", current), ("the previous run", previous)):
-            inventory = (report.get("inventories") or {}).get(route or _baseline(report)) or {}
-            unstated += [f"{role} {field} ({run})" for field in fields if inventory.get(field) in UNSTATED]
+        now, then = (((r.get("inventories") or {}).get(route or _baseline(r)) or {}) for r in (current, previous))
+        for field in fields:
+            runs = [run for run, inventory in (("this run", now), ("the previous run", then))
+                    if inventory.get(field) in UNSTATED]
+            if runs:
+                unstated.append(f"{role} {field} ({'neither run' if len(runs) == 2 else runs[0]})")
     return unstated
 
 

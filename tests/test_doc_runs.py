@@ -72,3 +72,18 @@ def test_the_readmes_protocol_power_is_the_committed_benchmarks():
         assert abs(100 * table[rate][1] - int(share_overall)) <= 0.5 + 1e-9, (rate, table[rate])
     clean = [float(x) for x in re.findall(r"^\| \d+% \| [\d.]+ \| ([\d.]+) \(alpha", benchmark, re.M)]
     assert clean and float(bound) == round(100 * max(clean), 2), (bound, clean)
+
+
+def test_the_committed_nightly_table_is_recomputed_from_its_two_runs():
+    """docs/runs/nightly-*/benchmark.md quotes the regression table between its two committed runs: recomputed from
+    those trimmed report.json files (they keep the greedy answers and the counters a comparison reads), it must be
+    the table the page shows, row for row."""
+    from spec_route_suite.reports.compare import candidate_table, compare_reports
+    for folder in sorted(RUNS.glob("nightly-*")):
+        older, newer = sorted((p for p in folder.iterdir() if (p / "report.json").is_file()),
+                              key=lambda p: json.loads((p / "report.json").read_text())["started_unix"])
+        then, now = (json.loads((p / "report.json").read_text()) for p in (older, newer))
+        rows = [line for line in candidate_table(compare_reports(now, then)["candidates"]) if line.startswith("| `")]
+        page = (folder / "benchmark.md").read_text()
+        quoted = [line for line in page.splitlines() if line.startswith("| `")]
+        assert rows and quoted == rows, f"{folder.name}: the page's table is not its runs' comparison"
