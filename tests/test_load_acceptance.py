@@ -122,17 +122,25 @@ def counters_only_run(out, fault: str, *extra: str) -> dict:
     finally:
         server.kill()
     assert done.returncode == 0, done.stdout[-3000:]
-    return json.loads(max(out.glob("*/report.json"), key=lambda p: p.stat().st_mtime).read_text())
+    path = max(out.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+    return {**json.loads(path.read_text()), "run_dir": str(path.parent)}
+
+
+@pytest.fixture(scope="module")
+def clean_counters_run(tmp_path_factory) -> dict:
+    """The correct engine's counters-only run, shared: the collapse check's clean side and the regression's last
+    night."""
+    return counters_only_run(tmp_path_factory.mktemp("clean-counters") / "out", "")
 
 
 @pytest.mark.parametrize("fault", ["", "collapse_in_company"])
-def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path, fault):
+def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path, fault, request):
     """An OpenAI route to the in-process server, whose answers state no drafting but whose /metrics counts it:
     the speed gate defers it, and the controller measures it on the idle server after the tests. Proven both ways
     at one budget: the correct engine's acceptance holds in company (no warning); the planted collapse_in_company
     (every draft rejected with two or more in flight, answers unchanged: llama.cpp's F4 in the extreme) is the
     counters' collapse warning, and the run does not read ADOPT."""
-    report = counters_only_run(tmp_path / "out", fault)
+    report = counters_only_run(tmp_path / "out", fault) if fault else request.getfixturevalue("clean_counters_run")
     measured = report["measurements"].get("load_acceptance") or []
     assert measured and measured[0]["judged"] and len(measured[0]["rounds"]) == 12, report["measurements"].keys()
     assert not [g for g in report["gaps"] if "acceptance under load" in g]
@@ -146,14 +154,14 @@ def test_the_speed_gate_defers_a_counters_only_route_to_the_controller(tmp_path,
 
 
 @pytest.mark.parametrize("fault", ["", "stale_last_draft"])
-def test_a_counters_only_acceptance_regression_is_caught_against_the_previous_run(tmp_path, fault):
+def test_a_counters_only_acceptance_regression_is_caught_against_the_previous_run(tmp_path, fault,
+                                                                                 clean_counters_run):
     """Nightly regression where answers state no drafting (vLLM): a run of the correct engine, then the same route
     --compare-to it. Proven both ways at one budget: the planted stale_last_draft (lossless, its last draft position
     reads the wrong state: acceptance lower, answers unchanged) is an acceptance regression judged by the server's
     counter rounds, a gap that keeps ADOPT away; the correct engine rerun against the first run is none."""
-    first = counters_only_run(tmp_path / "first", "")
-    then = next((tmp_path / "first").glob("*/report.json")).parent
-    report = counters_only_run(tmp_path / "second", fault, "--compare-to", str(then))
+    first = clean_counters_run
+    report = counters_only_run(tmp_path / "second", fault, "--compare-to", first["run_dir"])
     [entry] = report["comparison"]["candidates"].values()
     assert entry["compared"] and entry["acceptance"]["test"].startswith("the server's counters"), entry
     regressed = [g for g in report["gaps"] if "acceptance regression" in g]
