@@ -75,19 +75,33 @@ def append_history(report_dir: Path, report: dict[str, Any]) -> None:
         handle.write(history_line(report) + "\n")
 
 
-def render_comparison(comparison: dict[str, Any]) -> list[str]:
+LISTED = 5   # findings listed per kind (new, fixed, still failing); the rest are in report.json `comparison`
+
+
+def render_comparison(comparison: dict[str, Any], listed: int = LISTED) -> list[str]:
+    """The candidates' regression table first (what a nightly reader looks for), then the findings since that run,
+    `listed` of each kind, and the run-wide acceptance lengths."""
     lines = ["## Since the previous run", "",
-             f"Compared with `{comparison['previous_run']}` (verdict {comparison['previous_verdict']}).", ""]
+             f"Compared with `{comparison['previous_run']}` (verdict {comparison['previous_verdict']}).", "",
+             *candidate_table(comparison.get("candidates") or {})]
     for label in ("new", "fixed", "still_failing"):
         items = comparison[label]
         lines.append(f"- **{label.replace('_', ' ')}** ({len(items)})" + ("" if items else ": none"))
-        lines += [f"  - {item}" for item in items[:30]]
+        lines += [f"  - {_cell(item)[:200]}" for item in items[:listed]]
+        if len(items) > listed:
+            lines.append(f"  - {'... and ' if listed else ''}{len(items) - listed} {'more' if listed else 'listed'} "
+                         f"in report.json `comparison`")
     for route, change in comparison["acceptance_length"].items():
         if change["previous"] is not None or change["current"] is not None:   # a route that never speculated: none
-            lines.append(f"- acceptance length `{route}`: {change['previous']} -> {change['current']}")
-    for key, change in comparison["p_value_crossings"].items():
+            lines.append(f"- acceptance length `{route}` over the whole run: {change['previous']} -> "
+                         f"{change['current']}")
+    crossings = list(comparison["p_value_crossings"].items())
+    for key, change in crossings[:listed]:
         lines.append(f"- p-value crossed 0.01 `{key}`: {change['previous']:.3g} -> {change['current']:.3g}")
-    return lines + ["", *candidate_table(comparison.get("candidates") or {})]
+    if len(crossings) > listed:
+        lines.append(f"- {len(crossings) - listed} {'more ' if listed else ''}p-value crossings: report.json "
+                     f"`comparison`")
+    return lines + [""]
 
 
 def candidate_table(candidates: dict[str, Any]) -> list[str]:
@@ -105,7 +119,7 @@ def candidate_table(candidates: dict[str, Any]) -> list[str]:
         answers, acceptance = entry["answers"], entry["acceptance"]
         overall = (acceptance.get("groups") or {}).get("all prompts") or {}
         unconfirmed = entry.get("pair_unconfirmed") or []
-        engine = versions_text(entry["versions"]) + (
+        engine = _short_versions(entry["versions"]) + (
             f" (pair unconfirmed: {_cell(', '.join(unconfirmed[:3]))} not stated)" if unconfirmed else "")
         lines.append(f"| `{name}` | {engine} | {_answers_cell(answers, entry['prompts'])} | "
                      f"{_pair([overall.get('previous'), overall.get('current')], '.2f')} | {_verdict_cell(entry)} | "
@@ -113,6 +127,15 @@ def candidate_table(candidates: dict[str, Any]) -> list[str]:
     return lines + ["", "Acceptance: a one-sided sign test over the prompts whose greedy acceptance changed, all "
                         "prompts and each prompt class, and a pooled drop threshold; by position and class: "
                         "report.json `comparison.candidates`. Speed is reported, not judged.", ""]
+
+
+def _short_versions(versions: dict[str, str]) -> str:
+    """versions_text without the releases' package names ("llama.cpp b1-4df29be -> b1-0c1e570"), where the build is
+    stated (the report's inventories keep the rest)."""
+    def short(text: str) -> str:
+        build, _, release = text.partition(" (")
+        return text if build.endswith("unknown") else build
+    return versions_text({k: short(v) for k, v in versions.items()})
 
 
 def _cell(text: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from spec_route_suite.reports import by_class
 from spec_route_suite.reports.clusters import checks_of, frequency
-from spec_route_suite.reports.compare import render_comparison
+from spec_route_suite.reports.compare import LISTED, render_comparison
 from spec_route_suite.reports.matrix import coverage_matrix, in_family_order
 from spec_route_suite.reports.speed import shape, speed_rows
 from spec_route_suite.reports.gaps import gap_rows
@@ -115,7 +115,7 @@ def compact(cell: dict[str, str]) -> str:
     return f"{cell['status']} {found.group(1)}/{found.group(2)}" if found else cell["status"]
 
 
-def _clusters(report: dict[str, Any]) -> list[str]:
+def _clusters(report: dict[str, Any], shown: int = CLUSTERS_SHOWN) -> list[str]:
     clusters = report.get("clusters") or []
     total = len(report.get("findings") or [])
     if not clusters:
@@ -123,15 +123,15 @@ def _clusters(report: dict[str, Any]) -> list[str]:
                 f"No bug, error, near-tie or warning; {total} info and engine line(s) in report.json.", ""]
     lines = [f"## Findings: {len(clusters)} cause(s) from {sum(c['count'] for c in clusters)} finding(s)", "",
              "| # | severity | check | route | how often | finding | issue / repro |", "|---|---|---|---|---|---|---|"]
-    for cluster in clusters[:CLUSTERS_SHOWN]:
+    for cluster in clusters[:shown]:
         files = ", ".join(f"[{p.split('/')[-1]}]({p})" for p in [cluster.get("issue"), *(cluster.get("repro") or [])[:1]]
                           if p) or "-"
         if cluster.get("not_filed"):
             files += f"; no issue: {_md(_cut(cluster['not_filed'], 120))}"
         lines.append(f"| {cluster['id']} | {cluster['severity']} | {checks_of(cluster)} | `{cluster['route']}` | "
                      f"{_md(frequency(cluster) + _prompts(cluster))} | {_md(_cut(cluster['title'], 160))} | {files} |")
-    if len(clusters) > CLUSTERS_SHOWN:
-        lines.append(f"\n... and {len(clusters) - CLUSTERS_SHOWN} more cause(s): report.json `clusters`, issues/.")
+    if len(clusters) > shown:
+        lines.append(f"\n... and {len(clusters) - shown} more cause(s): report.json `clusters`, issues/.")
     return lines + ["", "An issue file is written for each cause an engine's maintainer can act on (a candidate's "
                         "bug or route error the baseline does not show), in the engine's bug template with the repro "
                         "quoted whole and its `gh issue create` line at the top; nothing in it is ticked for you. "
@@ -261,29 +261,50 @@ def _speed(report: dict[str, Any]) -> list[str]:
               f"{m.get('max_tokens')} tokens; per level: report.html)" for m in measured], ""]
 
 
-def _comparison(report: dict[str, Any]) -> list[str]:
-    return [*render_comparison(report["comparison"]), ""] if report.get("comparison") else []
+def _comparison(report: dict[str, Any], listed: int = LISTED) -> list[str]:
+    return [*render_comparison(report["comparison"], listed=listed), ""] if report.get("comparison") else []
 
 
 # (section, where its content goes when it does not fit) in the order they are given up
 SECTIONS: list[tuple[Callable[[dict[str, Any]], list[str]], str]] = [
     (_head, ""), (_matrix, "report.html"), (_clusters, "report.json `clusters` and issues/"),
+    (_comparison, "report.json `comparison`"),   # a nightly job's reason to read: given up after the profiles
     (_speculation, "report.json `speculation`"), (_by_class, "report.json `by_class`"),
-    (_speed, "report.html"),
-    (_comparison, "report.json `comparison`"), (_inventory, "report.json `inventories`"),
+    (_speed, "report.html"), (_inventory, "report.json `inventories`"),
     (_engine_behaviour, "report.json `findings` (severity engine)"), (_notes, "report.json `notes`"),
 ]
 
 
+CLUSTERS_TIGHT = 6   # causes the findings table keeps when the summary is too long for CLUSTERS_SHOWN
+# the sections' tight forms, tried before any section is given up: fewer causes, the comparison's findings counted
+TIGHT = {_clusters: lambda report: _clusters(report, shown=CLUSTERS_TIGHT),
+         _comparison: lambda report: _comparison(report, listed=0)}
+
+
 def render_summary(report: dict[str, Any]) -> str:
+    """The sections in order within MAX_CHARS: when they do not fit, the findings table and the comparison first
+    take their tight forms (TIGHT), then sections are given up from the last (each leaves a line saying where it
+    went), and a section given up while a later, larger one was still there comes back when it fits."""
     parts = [_single_blank(render(report)) for render, _ in SECTIONS]
-    text = "\n".join(line for lines in parts for line in lines)
-    droppable = [i for i in range(len(parts) - 1, 0, -1) if parts[i]]
-    while len(text) > MAX_CHARS and droppable:
-        index = droppable.pop(0)
+
+    def size() -> int:
+        return len("\n".join(line for lines in parts for line in lines))
+    if size() > MAX_CHARS:
+        parts = [_single_blank(TIGHT[render](report)) if render in TIGHT else lines
+                 for (render, _), lines in zip(SECTIONS, parts)]
+    given_up = []
+    for index in [i for i in range(len(parts) - 1, 0, -1) if parts[i]]:
+        if size() <= MAX_CHARS:
+            break
         title = next((line.lstrip("# ") for line in parts[index] if line.startswith("#")), "a section")
-        parts[index] = [f"({title}: does not fit the summary's {MAX_CHARS} characters; see {SECTIONS[index][1]})", ""]
-        text = "\n".join(line for lines in parts for line in lines)
+        kept, parts[index] = parts[index], [f"({title}: does not fit the summary's {MAX_CHARS} characters; see "
+                                            f"{SECTIONS[index][1]})", ""]
+        given_up.append((index, kept))
+    for index, kept in reversed(given_up):   # the most important first
+        placeholder, parts[index] = parts[index], kept
+        if size() > MAX_CHARS:
+            parts[index] = placeholder
+    text = "\n".join(line for lines in parts for line in lines)
     return re.sub(r"\n{3,}", "\n\n", text)[:MAX_CHARS - 1].rstrip("\n") + "\n"
 
 

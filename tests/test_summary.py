@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+from spec_route_suite.reports.compare import compare_reports
 from spec_route_suite.reports.coverage import NOT_APPLICABLE, NOT_RUN, NOT_SUPPORTED, NOT_VERIFIED
 from spec_route_suite.reports.gaps import CAUSES, KINDS, gap_rows, remedy
 from spec_route_suite.reports.render_markdown import CELL_CHARS, LEGEND, MAX_CHARS, render_summary
@@ -92,3 +93,18 @@ def test_a_limit_no_route_states_is_one_row_naming_the_option_to_declare():
     assert [(r["why"], r["close"], r["candidates"]) for r in rows] == [
         ("the route does not state its drafter's max length", "declare options.draft_max_len", ["dflash2", "eagle3"])]
     assert remedy(NOT_VERIFIED, "no KV pool stated").close != "declare options.draft_max_len"
+
+
+def test_a_nightly_summary_keeps_its_comparison_within_the_limit():
+    """The nightly llama.cpp run (docs/runs/nightly-llama-cpp-0.3.35-0.3.36) had 15 causes and a comparison with 39
+    still-failing findings: the sections were given up from the last until the text fitted, and the regression
+    table a nightly job runs for went with them. Now the findings table and the comparison take their tight forms
+    first: the comparison's table stays, with every candidate's row, and the summary stays under its limit."""
+    runs = ROOT / "docs" / "runs" / "nightly-llama-cpp-0.3.35-0.3.36"
+    then, now = (json.loads((runs / v / "report.json").read_text()) for v in ("0.3.35", "0.3.36"))
+    report = {**now, "comparison": compare_reports(now, then)}
+    summary = render_summary(report)
+    assert len(summary) < MAX_CHARS and "## Since the previous run" in summary, summary[-2000:]
+    for name in report["comparison"]["candidates"]:
+        assert f"| `{name}` | llama.cpp b1-4df29be -> b1-0c1e570" in summary, name
+    assert "## Findings: 15 cause(s)" in summary and "more cause(s): report.json `clusters`" in summary
