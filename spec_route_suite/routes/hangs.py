@@ -11,6 +11,10 @@ that finds a route hung marks it here, with the test and the time; later tests, 
 the board before sending anything: a route marked hung gets a bounded recovery probe (health and a canary
 request) at most every RECHECK_S across the run, and otherwise the test reads "not verified: route hung since
 <test, time>" (RouteHung, turned into that skip by the pytest wiring in fixtures/route_fixtures.py).
+The board also keeps a route's first server error after which it still answered /health (ServerError): a death
+found within DYING_WINDOW_S of it, by a request that never reached the server, is named at that error's request
+(vLLM's EngineCore dies with an HTTP 500 and its server exits later). Every mark carries its request, so the test
+that finds a death, in any worker, can resend it to the baseline as the control and word its repro.
 The board lives in a JSON file in the run's shared temp dir (like the A/A calibration cache), guarded by a lock
 file; without a file (a single process, the self-tests) it lives in memory. Environment: none.
 """
