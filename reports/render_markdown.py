@@ -82,18 +82,32 @@ def _gaps(report: dict[str, Any]) -> list[str]:
     lines = [f"## Gaps ({len(rows)}): {gaps_lead(report)}", "",
              "| gap | families | " + ("candidates | " if several else "") + "why | how to close it |",
              "|---|---|" + ("---|" if several else "") + "---|---|"]
+    total = len(report.get("route_verdicts") or {})
     for row in rows:
-        candidates = f"{', '.join(f'`{c}`' for c in row['candidates'])} | " if several else ""
+        candidates = f"{_names(row['candidates'], total=total)} | " if several else ""
         lines.append(f"| {row['kind']} | {_md(_cut(', '.join(row['families']) or '-', CELL_CHARS))} | {candidates}"
                      f"{_md(_cut(row['why'], CELL_CHARS))} | {_md(_cut(row['close'], CELL_CHARS))} |")
     return lines + [""]
 
 
+NAMES_SHOWN = 6   # candidates a cell or a line names before "and N more" (a run may judge dozens)
+
+
+def _names(names: list[str], *, total: int) -> str:
+    """"`a`, `b`", "all 41 candidates", or the first NAMES_SHOWN and how many more."""
+    if len(names) == total and total > NAMES_SHOWN:
+        return f"all {total} candidates"
+    shown = ", ".join(f"`{n}`" for n in names[:NAMES_SHOWN])
+    return shown + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
+
+
 def _routes_line(report: dict[str, Any]) -> str:
     config = report.get("config", {})
     baseline = config.get("baseline", {})
-    names = ", ".join(f"`{c.get('name')}` ({c.get('kind')})" for c in config.get("candidates", []))
-    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs {names}."
+    candidates = config.get("candidates", [])
+    names = ", ".join(f"`{c.get('name')}` ({c.get('kind')})" for c in candidates[:NAMES_SHOWN])
+    more = f" and {len(candidates) - NAMES_SHOWN} more (report.json `config`)" if len(candidates) > NAMES_SHOWN else ""
+    return f"Baseline `{baseline.get('name')}` ({baseline.get('kind')}) vs {names}{more}."
 
 
 def _matrix(report: dict[str, Any]) -> list[str]:
