@@ -18,7 +18,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from spec_route_suite.fixtures.models.train_pair3 import EVAL_NEW_TOKENS, heldout_prompts
+from spec_route_suite.training.train_pair3 import EVAL_NEW_TOKENS, heldout_prompts
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import load_routes_file

@@ -66,8 +66,8 @@ class Bench:
 
     def __init__(self):
         import torch
-        from spec_route_suite.fixtures.prompts.encode import encode_record
-        from spec_route_suite.fixtures.prompts.records import load_prompt_set
+        from spec_route_suite.prompts.encode import encode_record
+        from spec_route_suite.prompts.records import load_prompt_set
         from spec_route_suite.routes.loop import BackgroundLoop
         from spec_route_suite.routes.registry import build_route
         from spec_route_suite.routes.spec import default_baseline

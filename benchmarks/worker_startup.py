@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     RouteHandle(build_route(batched), batched, loop, 600)
     steps.mark("build 'reference-batched' (tokenizer + target + draft + engine)")
     from spec_route_suite.routes.base import Request
-    from spec_route_suite.fixtures.prompts.encode import encode_record
-    from spec_route_suite.fixtures.prompts.records import load_prompt_set
+    from spec_route_suite.prompts.encode import encode_record
+    from spec_route_suite.prompts.records import load_prompt_set
     records = load_prompt_set()
     ids = [encode_record(baseline.route.tokenizer, r) for r in records]
     baseline.generate(Request(prompt_ids=ids[0], max_tokens=8, temperature=0.0))

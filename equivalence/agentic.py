@@ -23,7 +23,7 @@ import pytest
 
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.fixtures.models import tools
+from spec_route_suite.embedded import tools
 from spec_route_suite.routes.chat import ChatRenderError, as_openai, chat_request
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported, RouteError, RouteHTTPError

@@ -18,10 +18,10 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-from spec_route_suite.fixtures.models.corpus import render_chat
+from spec_route_suite.embedded.corpus import render_chat
 from spec_route_suite.routes.chat import chat_request
-from spec_route_suite.fixtures.prompts.prompt_set import chat_picks, prompt_set
-from spec_route_suite.fixtures.prompts.records import PromptRecord
+from spec_route_suite.prompts.prompt_set import chat_picks, prompt_set
+from spec_route_suite.prompts.records import PromptRecord
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import CapabilityMissing
 

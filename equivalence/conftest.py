@@ -4,7 +4,7 @@ Checks that are costly per prompt (boundary sweeps, logprobs, streaming, seeds) 
 LEAN_PROMPTS (2) "lean" prompts, the first of each class (source, category) in turn, not one per class
 and not the whole prompt set, so the default suite stays inside its time budget. The chat shape
 (equivalence/chat.py) takes a few chat prompts (`chat_prompt`, `chat_lean_prompt`). Every check sends a record's `fitted_prompts`
-ids (sized into the pair's context, fixtures/prompts/fit.py), never the record's text. The A/A
+ids (sized into the pair's context, spec_route_suite/prompts/fit.py), never the record's text. The A/A
 calibration fixture lives with the route fixtures (fixtures/route_fixtures.py): the stressors judge
 near-ties with the same tau.
 Environment: none.
@@ -15,7 +15,7 @@ import pytest
 
 from spec_route_suite.equivalence.chat import GREEDY_PROMPTS, LEAN_PROMPTS as CHAT_LEAN_PROMPTS, chat_records
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.stash import CONFIG_KEY
 
 LEAN_PROMPTS = 2

@@ -1,6 +1,6 @@
 """Agentic parity: chat requests with tools get the baseline's tool calls, reasoning, content and finish_reason.
 
-The fixed agent prompts (fixtures/prompts/agentic.py: a question that needs a tool, a tool result to use,
+The fixed agent prompts (spec_route_suite/prompts/agentic.py: a question that needs a tool, a tool result to use,
 a question that needs none) go to both routes as chat requests with `tools`, greedy, plain and streamed.
 Streamed answers are folded back (content and reasoning joined, tool-call deltas reassembled by index)
 and compared with the baseline's streamed answer, plain with plain: a server whose stream and plain
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.equivalence import agentic
-from spec_route_suite.fixtures.prompts.agentic import parity_prompts
+from spec_route_suite.prompts.agentic import parity_prompts
 
 pytestmark = pytest.mark.check("agentic")   # a literal: tests/mutation.py finds a family's modules by it
 MAX_TOKENS = 64   # a thought and one call (or one answer) end within ~50 tokens on the embedded pair

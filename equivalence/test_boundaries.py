@@ -17,7 +17,7 @@ import pytest
 from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases
 from spec_route_suite.equivalence.depth import draft_depth
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.routes.base import Request
 from spec_route_suite.equivalence.sweep_judge import judge_sweep
 

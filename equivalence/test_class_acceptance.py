@@ -14,7 +14,7 @@ import pytest
 
 from spec_route_suite.equivalence.class_acceptance import class_profile, class_requests, coverage
 from spec_route_suite.equivalence.depth import draft_depth
-from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+from spec_route_suite.prompts.prompt_set import run_prompts
 
 pytestmark = pytest.mark.check("class-acceptance")
 CHECK = "class-acceptance"

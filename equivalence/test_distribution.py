@@ -30,7 +30,7 @@ from spec_route_suite.equivalence.features import Refusal, probe
 from spec_route_suite.equivalence.rules import choices_violations
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
-from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+from spec_route_suite.prompts.prompt_set import run_prompts
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.textlevel import level_details, title_suffix
 from spec_route_suite.reports.findings import Finding

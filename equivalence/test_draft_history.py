@@ -14,7 +14,7 @@ from spec_route_suite.equivalence.draft_history import (CHECK, COULD_DETECT, MAX
                                                         HistoryVerdict, drafter_kind, findings_of, history_size,
                                                         pairs_of)
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.reports.repro_spec import draft_history_repro
 
 pytestmark = pytest.mark.check("draft-history")

@@ -23,9 +23,9 @@ from spec_route_suite.equivalence.features import (BAN_BIAS, BOOST_BIAS, PENALTI
 from spec_route_suite.equivalence.rules import (Violation, choices_violations, feature_violation, format_violation,
                                               min_tokens_violations)
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.fixtures.prompts.encode import encode_record
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool, prompt_set
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.encode import encode_record
+from spec_route_suite.prompts.prompt_set import prompt_pool, prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request, ResponseFormat
 from spec_route_suite.routes.textlevel import aligned, describe, title_suffix
 from spec_route_suite.reports.findings import Finding

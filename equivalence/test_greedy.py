@@ -40,7 +40,7 @@ from spec_route_suite.equivalence import chat
 from spec_route_suite.equivalence.divergence import classify_divergence
 from spec_route_suite.equivalence.greedy import answer_record, compare_greedy, exposure
 from spec_route_suite.equivalence.near_tie_rate import DETECT_EXCESS, Exposure, RateVerdict
-from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+from spec_route_suite.prompts.prompt_set import run_prompts
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.textlevel import aligned, describe, is_text_level, title_suffix
 from spec_route_suite.reports.findings import DIVERGES, Finding

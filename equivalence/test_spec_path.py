@@ -20,7 +20,7 @@ from spec_route_suite.equivalence.delivery import is_dropped
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.spec_path import BY_NAME, FAMILIES, MAX_TOKENS, REQUESTS, DropVerdict, Share
 from spec_route_suite.routes.chat import chat_request
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import CapabilityMissing, FeatureUnsupported
 from spec_route_suite.reports.findings import Finding

@@ -1,7 +1,7 @@
 """Greedy parity at the limits the candidate states: chunked-prefill budget, drafter's max length, context end.
 
 For each limit (equivalence/stated_boundaries.py says where it comes from and where the prompts go), two
-prompts of each exact length (fixtures/prompts/exact.py, the route's tokenizer) are sent greedy to both
+prompts of each exact length (spec_route_suite/prompts/exact.py, the route's tokenizer) are sent greedy to both
 routes with max_tokens of two draft blocks. Each answer is held to the serving rules (equivalence/rules.py,
 judged against the baseline's answer to the same request: what both break alike is an engine note), and
 the candidate's tokens must be the baseline's (a divergence is classified like every greedy mismatch:
@@ -18,8 +18,8 @@ from spec_route_suite.equivalence.differential import Differential, control_line
 from spec_route_suite.equivalence.greedy import compare_greedy, exposure
 from spec_route_suite.equivalence.rules import answer_violations
 from spec_route_suite.equivalence.stated_boundaries import KINDS, WHAT, engine_rules_out, plan, stated_limit
-from spec_route_suite.fixtures.prompts.exact import ExactPrompts
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.exact import ExactPrompts
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import ContextExceeded, RouteError
 from spec_route_suite.reports.findings import Finding

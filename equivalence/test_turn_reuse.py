@@ -12,7 +12,7 @@ import pytest
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.turn_reuse import (CHECK, CONVERSATIONS, COULD_DETECT, FOLLOW_UP, TURN_ONE_TOKENS,
                                                      TURN_TWO_TOKENS, ReuseVerdict, converse, not_applicable)
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.reports.repro_spec import turn_reuse_repro
 
 pytestmark = pytest.mark.check("turn-reuse")

@@ -80,7 +80,7 @@ def _configuration(config: pytest.Config, invocation_dir: Path, *, controller: b
     if unmanaged and controller and _preflight_wanted(config):
         _fail_unreachable(suite)   # a server that is not there: one line now, before the prompts and torch load
     if suite is not None:
-        from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
+        from spec_route_suite.prompts.prompt_set import prompt_set
         with problems.field():
             prompts = prompt_set(suite)   # every source row read and checked: a malformed one exits 4 here
     with problems.field():
@@ -164,7 +164,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names = [c.name for c in suite.routes.candidates]
         metafunc.parametrize("candidate", names, indirect=True, ids=names, scope="session")
     if "prompt" in metafunc.fixturenames:
-        from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+        from spec_route_suite.prompts.prompt_set import run_prompts
         prompts = run_prompts(suite)
         metafunc.parametrize("prompt", prompts, ids=[p.id for p in prompts])
 

@@ -64,7 +64,7 @@ class SessionGraph:
     def context_fit(self, *handles: RouteHandle):
         """The smallest context of `handles`, read at every use from their recorded inventories and what each
         route has learned since (a limit a server stated in a refusal)."""
-        from spec_route_suite.fixtures.prompts.fit import ContextFit, route_context
+        from spec_route_suite.prompts.fit import ContextFit, route_context
 
         def contexts():
             return tuple(route_context(h.spec, h.context_limit((self.inventories.get(h.name) or {})
@@ -74,11 +74,11 @@ class SessionGraph:
 
     def fitted_prompts(self, fit):
         """Prompt records -> the token ids to send, sized into `fit` at the run's --max-new-tokens."""
-        from spec_route_suite.fixtures.prompts.fit import FittedPrompts
+        from spec_route_suite.prompts.fit import FittedPrompts
         return FittedPrompts(self.tokenizer, fit, max_tokens=self.suite.max_new_tokens)
 
     def run_prompts(self):
-        from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+        from spec_route_suite.prompts.prompt_set import run_prompts
         return run_prompts(self.suite)
 
     def built(self) -> dict[str, RouteHandle]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
-from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.embedded import corpus
 from spec_route_suite.routes.chat import render_chat_ids, render_chat_text
 from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.routes.base import Completion, Request, TokenIds

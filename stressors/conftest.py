@@ -2,7 +2,7 @@
 
 With the user's prompts (`--prompts`) the task slots of the pool carry them (stressors/canary.py `padding`):
 the canary conversations stay the mixing detector's instrument, the user's prompts are the load around them.
-The workload is sized into the pair's context (fixtures/prompts/fit.py): every prompt plus
+The workload is sized into the pair's context (spec_route_suite/prompts/fit.py): every prompt plus
 the stressors' max_tokens fits both routes; a context too small for the shortest canary
 conversation ends the run as a configuration error (exit 4) naming the route.
 Half of the conversations are chat items when both routes declare chat: sent as messages, so on an
@@ -20,7 +20,7 @@ import pytest
 
 from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.routes.errors import CapabilityMissing, RouteError
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
+from spec_route_suite.prompts.prompt_set import prompt_set
 from spec_route_suite.stressors.canary import (MAX_PROMPT_TOKENS, WorkItem, WorkloadDoesNotFit, build_workload,
                                                fitting_chats, serial_references)
 from spec_route_suite.stressors.control import LoadControl

@@ -1,7 +1,7 @@
 """Task scorers for the user's prompts: is this answer right?
 
 Why: "GSM8K 95.7% -> 1.1% with MTP" (vllm#46834) and "93% -> 62%" (llama.cpp#27975) were seen as task
-accuracy, the number a maintainer compares. Each prompt record names its scorer (fixtures/prompts/loaders.py):
+accuracy, the number a maintainer compares. Each prompt record names its scorer (spec_route_suite/prompts/loaders.py):
 - number (GSM8K, a numeric answer): the answer's final number, read as lm-eval reads GSM8K (`#### N`, then
   "The answer is N", then the last number in the text), equal to the gold number;
 - contains (a text answer): the gold answer appears in the output as a whole word;
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from spec_route_suite.fixtures.prompts.encode import STORED_BOS
-from spec_route_suite.fixtures.prompts.loaders import CODE, CONTAINS, NUMBER, PARITY, gsm8k_final_answer
+from spec_route_suite.prompts.encode import STORED_BOS
+from spec_route_suite.prompts.loaders import CODE, CONTAINS, NUMBER, PARITY, gsm8k_final_answer
 from spec_route_suite.stressors.canary import mentions
 
 __all__ = ["CODE", "CONTAINS", "NUMBER", "PARITY", "final_number", "gold_right", "same_answer", "code_of"]

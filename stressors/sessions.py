@@ -2,7 +2,7 @@
 
 Why: the agentic bugs upstream show across turns and sessions (tool calls worse over sessions until a
 restart, a single request after a burst answered wrongly), which one request at a time never shows. A
-session asks its plan's questions in order (fixtures/prompts/agentic.py); each answer with tool calls is
+session asks its plan's questions in order (spec_route_suite/prompts/agentic.py); each answer with tool calls is
 sent back with the client's results (tools.call_tool) and the route asked again (at most MAX_CALL_ROUNDS
 times per question); an answer without calls closes the question. The transcript is every (request,
 answer) pair, so two routes' sessions can be compared turn by turn while their conversations agree.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from spec_route_suite.equivalence.agentic import agent_request
-from spec_route_suite.fixtures.prompts.agentic import SessionPlan, call_turns
+from spec_route_suite.prompts.agentic import SessionPlan, call_turns
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import RouteError, RouteTimeout
 from spec_route_suite.stressors.driver import LoadRun, Outcome

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from spec_route_suite.equivalence.chat import next_turn
-from spec_route_suite.fixtures.prompts.records import PromptRecord
+from spec_route_suite.prompts.records import PromptRecord
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.stressors.accuracy import Tally
 from spec_route_suite.stressors.code_exec import passes

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from spec_route_suite.stressors.kv_burst import CHECK, COULD, SERIAL, KvBurst, pressure_plan, short_prompts
 from spec_route_suite.stressors.pair import LoadPair
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.fixtures.prompts.prompt_set import run_prompts
+from spec_route_suite.prompts.prompt_set import run_prompts
 from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.stressors.acceptance_collapse import collapse_findings
 from spec_route_suite.stressors.speed import (SPEED_PROMPTS, SPEED_TOKENS, measure_level, speed_levels, speedups,

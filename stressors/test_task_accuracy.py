@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_set
+from spec_route_suite.prompts.prompt_set import prompt_set
 from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.control import record
 from spec_route_suite.stressors.pair import LoadPair

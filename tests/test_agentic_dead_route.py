@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec_route_suite.fixtures.prompts.agentic import session_plans
+from spec_route_suite.prompts.agentic import session_plans
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.errors import RouteDisconnected
 from spec_route_suite.stressors.sessions import SessionSettings, run_session
 from spec_route_suite.stressors.test_agentic_sessions import _judge_transcripts
 from spec_route_suite.tokenizers import load_tokenizer
-from spec_route_suite.fixtures.models import MODELS_DIR
+from spec_route_suite.embedded import MODELS_DIR
 
 
 class _Dying:

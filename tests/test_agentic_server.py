@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 
 from spec_route_suite.equivalence.agentic import AgentView, agent_request
-from spec_route_suite.fixtures.models import PAIR2_DIR
-from spec_route_suite.fixtures.prompts.agentic import parity_prompts, session_plans
+from spec_route_suite.embedded import PAIR2_DIR
+from spec_route_suite.prompts.agentic import parity_prompts, session_plans
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri

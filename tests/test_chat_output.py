@@ -18,8 +18,8 @@ from dataclasses import replace
 import pytest
 from transformers import AutoTokenizer
 
-from spec_route_suite.fixtures.models import PAIR2_DIR, chatml, chatml_corpus, tools
-from spec_route_suite.fixtures.prompts.agentic import parity_prompts
+from spec_route_suite.embedded import PAIR2_DIR, chatml, chatml_corpus, tools
+from spec_route_suite.prompts.agentic import parity_prompts
 from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.chat_output import (PARSER_FAULTS, Markers, ParserFaults, ParserPool,

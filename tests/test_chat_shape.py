@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from spec_route_suite.fixtures.models import PAIR2_DIR, TARGET_DIR
+from spec_route_suite.embedded import PAIR2_DIR, TARGET_DIR
 from spec_route_suite.routes.chat import chat_request, render_chat_ids
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.planted import parse_plant

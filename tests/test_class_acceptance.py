@@ -17,10 +17,10 @@ from spec_route_suite.class_phases import run_deferred_phases
 from spec_route_suite.equivalence.class_acceptance import (NONE, PER_ANSWER, SERVER_COUNTERS, class_profile,
                                                            class_requests, contamination)
 from spec_route_suite.config import suite_config_from_options
-from spec_route_suite.fixtures.models import TARGET_DIR
-from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
-from spec_route_suite.fixtures.prompts.loaders import load
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.embedded import TARGET_DIR
+from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
+from spec_route_suite.prompts.loaders import load
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import AcceptanceSnapshot
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.loop import BackgroundLoop

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spec_route_suite.fixtures.models import TARGET_DIR, corpus
-from spec_route_suite.fixtures.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
+from spec_route_suite.embedded import TARGET_DIR, corpus
+from spec_route_suite.training.tokenizer import SPECIAL_TOKENS, train_tokenizer
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.fit import (SCORING_RESERVE, ContextFit, ContextTooSmall, FittedPrompts,
+from spec_route_suite.prompts.fit import (SCORING_RESERVE, ContextFit, ContextTooSmall, FittedPrompts,
                                                    RouteContext, route_context, suite_prompts)
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.spec import ConfigError, parse_route_uri, spec_from_table

@@ -22,7 +22,7 @@ from spec_route_suite.reports.findings import SEVERITIES, Finding
 from spec_route_suite.reports.render_markdown import render_summary
 from tests.mutation import run_route_suite
 from tests.test_greedy_routes import Sink, handle, prompts, reference_route, tokenizer
-from spec_route_suite.fixtures.models import TARGET_DIR
+from spec_route_suite.embedded import TARGET_DIR
 
 EOS = 2
 QUIRKS = "usage_counts_stop,ignore_stop_token_ids,n_usage_one_choice"

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from spec_route_suite.equivalence.features import Refusal, probe, repeat_rate
-from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.embedded import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Request, ResponseFormat, RouteWrapper
 from spec_route_suite.routes.errors import FeatureUnsupported, RouteMalformed
 from spec_route_suite.routes.openai import OpenAIRoute

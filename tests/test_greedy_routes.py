@@ -21,7 +21,7 @@ import torch
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.config import PROMPT_CATEGORIES
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request, RouteWrapper
 from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.routes.loop import BackgroundLoop
@@ -107,7 +107,7 @@ def tokenizer():
 @lru_cache(maxsize=1)
 def fitted_prompts():
     """What the plugin's fitted_prompts fixture gives for the embedded pair: prompts sized into 512 positions."""
-    from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
+    from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
     fit = ContextFit((RouteContext("baseline", 512, "embedded model"), RouteContext("candidate", 512, "embedded model")))
     return FittedPrompts(tokenizer(), fit, max_tokens=suite_config().max_new_tokens)
 

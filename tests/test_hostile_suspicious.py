@@ -17,7 +17,7 @@ import pytest
 
 from spec_route_suite.equivalence.logprobs import all_zero_logprobs
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.errors import RouteError, RouteMalformed
 from spec_route_suite.tokenizers import load_tokenizer

@@ -24,9 +24,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from spec_route_suite.fixtures.models import TARGET_DIR
+from spec_route_suite.embedded import TARGET_DIR
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Request, Route, RouteInventory
 from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.tokenizers import load_tokenizer

@@ -336,8 +336,8 @@ def test_a_concurrent_session_turn_is_under_load_only_when_the_candidate_alone_a
     the difference is the candidate's on any traffic (the agentic check's own cause)."""
     import asyncio
     from types import SimpleNamespace
-    from spec_route_suite.fixtures.models import MODELS_DIR
-    from spec_route_suite.fixtures.prompts.agentic import session_plans
+    from spec_route_suite.embedded import MODELS_DIR
+    from spec_route_suite.prompts.agentic import session_plans
     from spec_route_suite.stressors.sessions import SessionSettings, run_session
     from spec_route_suite.stressors.test_agentic_sessions import _judge_transcripts
     from spec_route_suite.tokenizers import load_tokenizer

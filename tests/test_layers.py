@@ -26,19 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # layer collects; nothing in them reaches above the checks. A module named exactly wins over a pattern.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("spec_route_suite", "spec_route_suite.paths", "spec_route_suite.progress",
-                    "spec_route_suite.tokenizers", "spec_route_suite.fixtures", "spec_route_suite.fixtures.models",
-                    "spec_route_suite.fixtures.models.chatml", "spec_route_suite.fixtures.models.corpus",
-                    "spec_route_suite.fixtures.models.chatml_corpus", "spec_route_suite.fixtures.models.tools",
-                    "spec_route_suite.fixtures.models.tokenizer", "spec_route_suite.fixtures.models.corpora")),
+                    "spec_route_suite.tokenizers", "spec_route_suite.fixtures", "spec_route_suite.embedded",
+                    "spec_route_suite.embedded.chatml", "spec_route_suite.embedded.corpus",
+                    "spec_route_suite.embedded.chatml_corpus", "spec_route_suite.embedded.tools")),
     ("config", ("spec_route_suite.config", "spec_route_suite.options", "spec_route_suite.routes.spec",
                 "spec_route_suite.routes.config_errors", "spec_route_suite.routes.hub_tokenizer",
                 "spec_route_suite.routes.kinds", "spec_route_suite.routes.declared",
-                "spec_route_suite.fixtures.prompts.sources", "spec_route_suite.fixtures.prompts.rows",
-                "spec_route_suite.fixtures.prompts.records", "spec_route_suite.presets")),
+                "spec_route_suite.prompts.sources", "spec_route_suite.prompts.rows",
+                "spec_route_suite.prompts.records", "spec_route_suite.presets")),
     ("routes", ("spec_route_suite.routes", "spec_route_suite.routes.*", "spec_route_suite.reference",
                 "spec_route_suite.reference.*", "spec_route_suite.servers", "spec_route_suite.servers.*",
-                "spec_route_suite.session", "spec_route_suite.preflight", "spec_route_suite.fixtures.prompts",
-                "spec_route_suite.fixtures.prompts.*")),
+                "spec_route_suite.session", "spec_route_suite.preflight", "spec_route_suite.prompts",
+                "spec_route_suite.prompts.*")),
     ("checks", ("spec_route_suite.api", "spec_route_suite.equivalence", "spec_route_suite.equivalence.*", "spec_route_suite.stressors",
                 "spec_route_suite.stressors.*", "spec_route_suite.reports.findings",
                 "spec_route_suite.reports.repro_spec")),
@@ -51,12 +50,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "spec_route_suite.reports.redact", "spec_route_suite.reports.atomic")),
     ("reports", ("spec_route_suite.reports.*",)),
     # the composition root: the pytest plugin, the CLI, the controller's phases, the pytest fixtures that hand
-    # routes to the checks, and the tools that train models or write prompt files
+    # routes to the checks, and the tools that train the embedded models (outside the run's import graph)
     ("wiring", ("spec_route_suite.plugin", "spec_route_suite.cli", "spec_route_suite.__main__",
                 "spec_route_suite.class_phases", "spec_route_suite.load_phases", "spec_route_suite.schedule",
                 "spec_route_suite.session_graph", "spec_route_suite.route_deaths",
                 "spec_route_suite.stash", "spec_route_suite.fixtures.*",
-                "spec_route_suite.fixtures.models.*", "spec_route_suite.equivalence.conftest",
+                "spec_route_suite.training", "spec_route_suite.training.*", "spec_route_suite.equivalence.conftest",
                 "spec_route_suite.stressors.conftest")),
 )
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
@@ -226,6 +225,14 @@ def test_no_check_imports_an_adapter():
     _, edges = import_graph()
     assert adapter_imports(edges) == []
 
+def test_the_run_never_imports_the_training_code():
+    """The scripts that train the embedded models (torch-heavy, run by hand) stay outside what a run loads."""
+    _, edges = import_graph()
+    training = ("spec_route_suite.training", "spec_route_suite.training.")
+    assert [f"{e.source} imports {e.target} at line {e.line}" for e in edges
+            if e.target.startswith(training) and not e.source.startswith(training)] == []
+
+
 
 def test_checks_never_probe_a_route_with_getattr():
     modules, _ = import_graph()
@@ -248,14 +255,14 @@ def test_the_rules_see_an_upward_import_a_loop_in_a_function_and_an_adapter_impo
     edges = _graph_of(tmp_path, {
         "spec_route_suite.routes.synthetic": "from spec_route_suite.equivalence.stats import warp\n",
         "spec_route_suite.equivalence.stats.warp": "X = 1\n",
-        "spec_route_suite.fixtures.prompts.render": "from spec_route_suite.fixtures.prompts.encode import f\n",
-        "spec_route_suite.fixtures.prompts.encode": "def f():\n    from .render import g\n",
+        "spec_route_suite.prompts.render": "from spec_route_suite.prompts.encode import f\n",
+        "spec_route_suite.prompts.encode": "def f():\n    from .render import g\n",
         "spec_route_suite.stressors.mixing": "def h():\n    from spec_route_suite.routes.hf import HFRoute\n",
         "spec_route_suite.routes.hf": "HFRoute = object\n",
     })
     assert upward(edges) == ["spec_route_suite.routes.synthetic (routes) imports "
                              "spec_route_suite.equivalence.stats.warp (checks) at line 1"]
-    assert loops(edges) == [["spec_route_suite.fixtures.prompts.encode", "spec_route_suite.fixtures.prompts.render"]]
+    assert loops(edges) == [["spec_route_suite.prompts.encode", "spec_route_suite.prompts.render"]]
     assert adapter_imports(edges) == ["spec_route_suite.stressors.mixing imports spec_route_suite.routes.hf at line 2"]
 
 

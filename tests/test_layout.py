@@ -1,5 +1,6 @@
-"""The layout rule for engine flavours, checked on the source: each is one small module overriding a handful of
-hooks, registered once. (Imports, layers and the checks' route access: tests/test_layers.py.)
+"""The layout rules, checked on the source: each engine flavour is one small module overriding a handful of hooks,
+registered once; fixtures/ holds data and the pytest fixtures only. (Imports, layers and the checks' route access:
+tests/test_layers.py.)
 
 Why: what differs per engine lives behind the Route protocol and in its flavour; a flavour that grows past a few
 hooks is engine knowledge leaking out of its one place.
@@ -41,3 +42,11 @@ def test_each_flavour_is_one_small_module():
                                             "cumulative_counters", "gauge_paths", "busy_metrics", "neutral_sampling",
                                             "detect_order", "context_refusals", "prompt_refusals", "feature_refusals",
                                             *HOOKS} == set(), name
+
+
+def test_fixtures_holds_data_and_the_pytest_fixtures_only():
+    """Code that a run or a maintainer calls lives in the package by role (docs/architecture.md); a reader or a tool
+    that takes fixtures/ for test data is right to."""
+    code = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "fixtures").rglob("*.py") if "__pycache__" not in p.parts)
+    assert code == ["fixtures/__init__.py", "fixtures/route_fixtures.py"], code
+    assert (ROOT / "fixtures" / "__init__.py").read_text().strip() == ""

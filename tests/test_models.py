@@ -1,7 +1,7 @@
 """Self-tests of the embedded tiny model pair: format, constraints, and quality gates.
 
 Quality is measured on small fixed subsets (deterministic, < 60 s) against the
-same thresholds that ``python -m spec_route_suite.fixtures.models.evaluate`` applies in full.
+same thresholds that ``python -m spec_route_suite.training.evaluate`` applies in full.
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import random
 import pytest
 import torch
 
-from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
-from spec_route_suite.fixtures.models import evaluate as ev
-from spec_route_suite.fixtures.models.corpus import MAKERS, render_chat
-from spec_route_suite.fixtures.models.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS
-from spec_route_suite.fixtures.prompts.records import CATEGORIES, load_prompt_set
+from spec_route_suite.embedded import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.training import evaluate as ev
+from spec_route_suite.embedded.corpus import MAKERS, render_chat
+from spec_route_suite.training.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS
+from spec_route_suite.prompts.records import CATEGORIES, load_prompt_set
 
 MAX_BYTES = 10 * 1024 * 1024
 

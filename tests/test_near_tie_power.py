@@ -22,8 +22,8 @@ from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.equivalence.near_tie_rate import (DETECT_EXCESS, Flips, RateVerdict, excess_pvalue,
                                                         min_detectable_rate, power)
-from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
-from spec_route_suite.fixtures.prompts.prompt_set import prompt_pool
+from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
+from spec_route_suite.prompts.prompt_set import prompt_pool
 from tests.test_greedy_routes import Rewired, Sink, handle, reference_route, suite_config, tokenizer
 
 MAX_NEW_TOKENS = 64   # the suite's default --max-new-tokens

@@ -95,14 +95,17 @@ def _borrow_site_packages(python: Path) -> None:
 
 
 def _overlay_working_tree(clone: Path) -> None:
-    """The clone gets this checkout's uncommitted changes too, so the test judges what is here."""
-    files = subprocess.run(["git", "ls-files", "-m", "-o", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        source = ROOT / name
+    """The clone gets this checkout's uncommitted changes too (staged or not, moves and deletions included), so the
+    test judges what is here."""
+    def git(*args: str) -> list[str]:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for name in [*git("diff", "--name-only", "HEAD"), *git("ls-files", "-o", "--exclude-standard")]:
+        source, target = ROOT / name, clone / name
         if source.is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            (clone / name).write_bytes(source.read_bytes())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+        elif target.is_file():   # deleted or moved away here
+            target.unlink()
 
 
 def _run(installed: dict, args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -110,7 +113,7 @@ def _run(installed: dict, args: list[str], cwd: Path, timeout: float = 600) -> s
 
 
 def test_installed_copy_imports_from_site_packages_beside_pypi_fixtures(installed, tmp_path):
-    code = ("import fixtures, spec_route_suite.fixtures as ours, spec_route_suite.fixtures.models as m, json;"
+    code = ("import fixtures, spec_route_suite.fixtures as ours, spec_route_suite.embedded as m, json;"
             "print(json.dumps([fixtures.__file__, hasattr(fixtures, 'Fixture'), ours.__file__,"
             " (m.MODELS_DIR / 'target' / 'model.safetensors').is_file()]))")
     done = subprocess.run([str(installed["python"]), "-c", code], cwd=tmp_path, capture_output=True, text=True)
@@ -132,7 +135,7 @@ def test_report_dir_and_routes_as_absolute_paths_from_an_empty_folder(installed,
     out = tmp_path / "nightly-reports"
     out.mkdir()   # an existing folder: the case that used to become pytest's rootdir
     done = subprocess.run([str(installed["python"]), "-c",
-                           "import spec_route_suite.fixtures.models as m; print(m.MODELS_DIR)"],
+                           "import spec_route_suite.embedded as m; print(m.MODELS_DIR)"],
                           capture_output=True, text=True, check=True)
     models = Path(done.stdout.strip())
     routes = tmp_path / "my-routes.toml"

@@ -2,7 +2,7 @@
 
 The flagship check (stressors/reported_protocol.py, accuracy under load) can only see answers turn wrong under
 load when the target answers them right alone. These pin the committed target's canary recall on 20 chat
-conversations of two workload seeds (fixtures/models/canary_recall.py: the canary workload, the tokenizer's own
+conversations of two workload seeds (spec_route_suite/training/canary_recall.py: the canary workload, the tokenizer's own
 chat template, greedy, 48 new tokens, the content after `</think>` scored), at the level the recall stage of
 train_pair3.py reached (fixtures/models/pair3/target/training.json), and check that the measurement can fail:
 the same model with its attention outputs zeroed (it can no longer look back at the fact) answers from memory.
@@ -15,9 +15,9 @@ import copy
 import pytest
 import torch
 
-from spec_route_suite.fixtures.models.canary_recall import canary_recall
-from spec_route_suite.fixtures.models.evaluate import load_target
-from spec_route_suite.fixtures.models.train_pair3 import PAIR3_DIR
+from spec_route_suite.training.canary_recall import canary_recall
+from spec_route_suite.training.evaluate import load_target
+from spec_route_suite.training.train_pair3 import PAIR3_DIR
 
 N = 20
 # right answers of 20 per workload seed measured on the committed target (one answer of slack for another
@@ -59,8 +59,8 @@ def test_recall_sessions_ask_a_fact_stated_far_back_and_keep_the_split(split):
     and its key stays in the split asked for (held-out facts never reach training)."""
     import random
 
-    from spec_route_suite.fixtures.models.chatml_corpus import make_recall_session
-    from spec_route_suite.fixtures.models.corpus import split_of
+    from spec_route_suite.embedded.chatml_corpus import make_recall_session
+    from spec_route_suite.embedded.corpus import split_of
 
     rng = random.Random(7)
     for _ in range(50):
@@ -76,7 +76,7 @@ def test_echo_chats_answer_with_the_values_of_their_last_message():
     """Every token of an echo answer after the thought is a copy of the last user message's values."""
     import random
 
-    from spec_route_suite.fixtures.models.chatml_corpus import make_echo
+    from spec_route_suite.embedded.chatml_corpus import make_echo
 
     rng = random.Random(3)
     for _ in range(50):

@@ -1,6 +1,6 @@
 """Self-tests of the user's prompt sources (--prompts, [prompts]): parsing, the datasets' own layouts, sampling,
 and a malformed row or bad source ending the run with exit 4 naming the file and row. Offline: every file is
-generated here (fixtures/prompts/samples.py), nothing is downloaded."""
+generated here (spec_route_suite/prompts/samples.py), nothing is downloaded."""
 from __future__ import annotations
 
 import json
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.config import suite_config_from_options
-from spec_route_suite.fixtures.models.corpus import render_chat
-from spec_route_suite.fixtures.prompts.loaders import load, source_records
-from spec_route_suite.fixtures.prompts.prompt_set import build_prompt_set, chat_picks, lean_picks, prompt_set
-from spec_route_suite.fixtures.prompts.rows import MalformedRow
-from spec_route_suite.fixtures.prompts.samples import write_samples
-from spec_route_suite.fixtures.prompts.sources import parse_source, sources_from_table
+from spec_route_suite.embedded.corpus import render_chat
+from spec_route_suite.prompts.loaders import load, source_records
+from spec_route_suite.prompts.prompt_set import build_prompt_set, chat_picks, lean_picks, prompt_set
+from spec_route_suite.prompts.rows import MalformedRow
+from spec_route_suite.prompts.samples import write_samples
+from spec_route_suite.prompts.sources import parse_source, sources_from_table
 from spec_route_suite.routes.spec import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

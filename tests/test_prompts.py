@@ -8,12 +8,12 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
-from spec_route_suite.fixtures.models import TARGET_DIR
-from spec_route_suite.fixtures.models.corpus import render_chat
-from spec_route_suite.fixtures.prompts import build
-from spec_route_suite.fixtures.prompts.loaders import (gsm8k_final_answer, load_gsm8k, load_humaneval, load_mbpp,
+from spec_route_suite.embedded import TARGET_DIR
+from spec_route_suite.embedded.corpus import render_chat
+from spec_route_suite.prompts import build
+from spec_route_suite.prompts.loaders import (gsm8k_final_answer, load_gsm8k, load_humaneval, load_mbpp,
                                       load_mt_bench)
-from spec_route_suite.fixtures.prompts.records import CATEGORIES, DATA_DIR, PromptRecord, load_prompt_set, read_jsonl
+from spec_route_suite.prompts.records import CATEGORIES, DATA_DIR, PromptRecord, load_prompt_set, read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_mt_bench_local_jsonl(tmp_path, tok):
     assert [r.id for r in recs] == ["mt_bench-81", "mt_bench-82"]
     assert recs[0].messages == (("user", "Write a haiku."),) and recs[0].followups == ("Now rhyme it.",)
     assert recs[0].text == "<s><|user|>\nWrite a haiku.\n<|assistant|>\n"
-    from spec_route_suite.fixtures.prompts.encode import native_text
+    from spec_route_suite.prompts.encode import native_text
     assert native_text(tok, recs[0]) == recs[0].text, "the route tokenizer's own template renders it alike"
 
 
@@ -132,7 +132,7 @@ def test_prompt_ends_on_token_boundary(tok, shape):
     a token sequence it never trained on (e.g. a trailing "\\n" merged with indentation)."""
     import random
 
-    from spec_route_suite.fixtures.models.corpus import MAKERS
+    from spec_route_suite.embedded.corpus import MAKERS
 
     rng = random.Random(11)
     for _ in range(20):
@@ -145,8 +145,8 @@ def test_prompt_ends_on_token_boundary(tok, shape):
 def test_records_render_in_the_route_tokenizers_own_format(prompts):
     """The first pair gets the stored texts unchanged; the second pair (ChatML, its own template) gets the stored
     plain texts and its own rendering of the chats; a tokenizer with another chat template and BOS gets its own."""
-    from spec_route_suite.fixtures.models import PAIR2_DIR, chatml
-    from spec_route_suite.fixtures.prompts.encode import encode_record, native_text
+    from spec_route_suite.embedded import PAIR2_DIR, chatml
+    from spec_route_suite.prompts.encode import encode_record, native_text
     from spec_route_suite.tokenizers import encode_prompt
     records = list(prompts)
     ours = AutoTokenizer.from_pretrained(str(TARGET_DIR))

@@ -16,9 +16,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.embedded import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import RouteTimeout
 from spec_route_suite.routes.spec import ConfigError, RouteSpec, parse_route_uri

@@ -22,7 +22,7 @@ import torch
 from scipy import stats
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.embedded import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.routes.base import Request
 from spec_route_suite.reference.engine import EngineConfig, SpecEngine
 from spec_route_suite.reference.faults import FaultConfig
@@ -179,7 +179,7 @@ def pair():
 def scan(pair):
     """Target and draft logits at every prefix of the fixture prompts (first 96 tokens)."""
     from spec_route_suite.tokenizers import encode_prompt
-    from spec_route_suite.fixtures.prompts.records import load_prompt_set
+    from spec_route_suite.prompts.records import load_prompt_set
     target, draft, tok = pair
     rows = []
     with torch.inference_mode():

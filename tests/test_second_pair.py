@@ -4,7 +4,7 @@ The second pair (fixtures/models/pair2) differs from the first wherever a check 
 depend on it: tokenizer family (sentencepiece BPE: word-start marker, one token per digit, byte
 fallback), special-token ids (its EOS <|im_end|> is 3, not 2), vocabulary size, architecture (Mistral with
 grouped-query attention, head_dim 64), prompt lengths in tokens, and its chat template (ChatML with
-Hermes tool calls and <think> reasoning, fixtures/models/chatml.py: chat prompts render unlike the
+Hermes tool calls and <think> reasoning, spec_route_suite/embedded/chatml.py: chat prompts render unlike the
 stored prompt texts, and answers open with a thought the servers' parsers split out). The suite runs on it as a user
 runs it (a pytest subprocess writing a run folder): in process (transformers AR vs assisted
 generation with the pair's own draft), and over HTTP through the in-process OpenAI-compatible
@@ -24,12 +24,12 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from spec_route_suite.fixtures.models import DRAFT_DIR, PAIR2_DIR, TARGET_DIR, chatml
-from spec_route_suite.fixtures.models import evaluate as ev
-from spec_route_suite.fixtures.models.chatml_corpus import MAKERS
-from spec_route_suite.fixtures.models.tokenizer import SP_SPECIAL_TOKENS
-from spec_route_suite.fixtures.prompts.encode import encode_record
-from spec_route_suite.fixtures.prompts.records import CATEGORIES, load_prompt_set
+from spec_route_suite.embedded import DRAFT_DIR, PAIR2_DIR, TARGET_DIR, chatml
+from spec_route_suite.training import evaluate as ev
+from spec_route_suite.embedded.chatml_corpus import MAKERS
+from spec_route_suite.training.tokenizer import SP_SPECIAL_TOKENS
+from spec_route_suite.prompts.encode import encode_record
+from spec_route_suite.prompts.records import CATEGORIES, load_prompt_set
 from spec_route_suite.routes.chat_output import parse_whole
 from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.test_suite_end_to_end import run_suite

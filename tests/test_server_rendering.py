@@ -23,7 +23,7 @@ import pytest
 import spec_route_suite.equivalence.test_agentic as agentic_suite
 import spec_route_suite.equivalence.test_spec_path as spec_path_suite
 from spec_route_suite.equivalence import agentic
-from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
+from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
 from spec_route_suite.routes.base import RouteWrapper, unwrap
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import EMBEDDED_MODELS, parse_route_uri

@@ -11,9 +11,9 @@ import pytest
 import spec_route_suite.equivalence.test_stated_boundaries as edge_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.stated_boundaries import KINDS, Stated, plan, stated_limit
-from spec_route_suite.fixtures.prompts.exact import ExactPrompts
-from spec_route_suite.fixtures.prompts.fit import ContextFit, RouteContext
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.exact import ExactPrompts
+from spec_route_suite.prompts.fit import ContextFit, RouteContext
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import RouteInventory
 from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.stressors.near_tie import NearTiePolicy

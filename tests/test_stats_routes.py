@@ -12,7 +12,7 @@ from spec_route_suite.equivalence.distribution_prompts import greedy_path_rows, 
 from spec_route_suite.equivalence.distribution_routes import RouteArm, RouteScorer
 from spec_route_suite.equivalence.stats.sequential import SequentialPlan
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Request, RouteWrapper
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.registry import build_route

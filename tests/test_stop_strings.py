@@ -13,7 +13,7 @@ import pytest
 import spec_route_suite.equivalence.test_stop_strings as stop_suite
 from spec_route_suite.equivalence.stop_strings import pick_multi, pick_single
 from spec_route_suite.config import PROMPT_CATEGORIES
-from spec_route_suite.fixtures.prompts.fit import suite_prompts
+from spec_route_suite.prompts.fit import suite_prompts
 from tests.test_greedy_routes import Sink, baseline_handle, fitted_prompts, handle, prompts, reference_route, tokenizer
 
 SEEDS = 20

@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import replace
 
-from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.embedded import corpus
 from spec_route_suite.routes.base import (AcceptanceSnapshot, Capabilities, Completion, Request, Route, RouteInventory,
                                          RouteWrapper)
 

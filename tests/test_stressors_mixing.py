@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings, strategies as st
 
 from spec_route_suite.routes.base import Completion
-from spec_route_suite.fixtures.models import corpus
+from spec_route_suite.embedded import corpus
 from spec_route_suite.stressors.canary import build_workload, canary_question, renderer, serial_references
 from spec_route_suite.stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
 from spec_route_suite.stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,

@@ -13,7 +13,7 @@ import pytest
 
 import spec_route_suite.stressors.test_batch_ramp as ramp_suite
 import spec_route_suite.stressors.test_kv_pressure as pressure_suite
-from spec_route_suite.fixtures.prompts.fit import ContextFit, RouteContext
+from spec_route_suite.prompts.fit import ContextFit, RouteContext
 from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for

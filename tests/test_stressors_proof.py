@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spec_route_suite.fixtures.models import DRAFT_DIR, TARGET_DIR
+from spec_route_suite.embedded import DRAFT_DIR, TARGET_DIR
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.canary import build_workload, mean_latency, renderer, serial_references
@@ -29,7 +29,7 @@ from spec_route_suite.stressors.mixing import CONTEXT_PROBE, FOREIGN_CANARY, det
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINED = all((d / "model.safetensors").exists() for d in (TARGET_DIR, DRAFT_DIR))
-pytestmark = pytest.mark.skipif(not TRAINED, reason="embedded models not trained yet (python -m spec_route_suite.fixtures.models.train)")
+pytestmark = pytest.mark.skipif(not TRAINED, reason="embedded models not trained yet (python -m spec_route_suite.training.train)")
 POOL = 48
 LOAD = 384            # every in-process load run below, the correct engine's included: one budget
 ROUTE_SUITE_LOAD = 128   # --stress-requests of every route-suite run below, the correct engine's included

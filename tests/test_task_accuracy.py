@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from spec_route_suite.fixtures.prompts.fit import ContextFit, FittedPrompts, RouteContext
-from spec_route_suite.fixtures.prompts.loaders import load
-from spec_route_suite.fixtures.prompts.records import PromptRecord
-from spec_route_suite.fixtures.prompts.samples import write_samples
+from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
+from spec_route_suite.prompts.loaders import load
+from spec_route_suite.prompts.records import PromptRecord
+from spec_route_suite.prompts.samples import write_samples
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.loop import BackgroundLoop

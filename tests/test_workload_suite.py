@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spec_route_suite.fixtures.prompts.samples import write_samples
+from spec_route_suite.prompts.samples import write_samples
 from spec_route_suite.routes.spec import EMBEDDED_MODELS
 from tests.test_suite_end_to_end import run_suite
 
