@@ -11,7 +11,7 @@
 #                                 plain `openai:` routes, --metrics.
 #
 # Passes when, for each routes file, the suite ran to completion and wrote its reports with no harness
-# errors (`judge_run` in spec_route_suite/servers/managed.py: pytest exit 2/3/4/5, missing or incomplete report,
+# errors (`judge_run` in spec_route_suite/servers/run_judgement.py: pytest exit 2/3/4/5, missing or incomplete report,
 # crashed workers, lost findings, failed tests without findings, findings whose error_kind shows the
 # suite broke, speculative routes without inventory/acceptance profile), and the adapter self-tests
 # against the live servers passed. Route findings (pytest exit 1) are data about llama.cpp and do not

@@ -2,7 +2,7 @@
 # CI stage: judge a real speculative engine, vLLM for CPU (AR vs ngram, AR vs draft_model).
 #
 # Passes when the suite ran to completion and wrote its reports with no harness errors
-# (see `judge_run` in spec_route_suite/servers/managed.py for the exact list: pytest exit 2/3/4/5, missing or
+# (see `judge_run` in spec_route_suite/servers/run_judgement.py for the exact list: pytest exit 2/3/4/5, missing or
 # incomplete report, crashed workers, lost findings, failed tests without findings, findings whose
 # error_kind shows the suite broke, speculative routes without inventory/acceptance profile).
 # Route findings (pytest exit 1) are data about vLLM and do not fail the stage.

@@ -22,6 +22,7 @@ from spec_route_suite.servers.llama_cpp import (PRESET, REPO_ROOT, ServerSet, Sp
                                                           load_server_set)
 from spec_route_suite.reports.acceptance import DID_NOT_RUN, RAN, speculation_problems, speculation_status
 from spec_route_suite.reports.run_report import verdict_of
+from tests.fake_builds import NEW_LLAMA_HELP, fake_build
 
 SPECULATIVE = ("draft_simple", "ngram_simple")
 NO_SPEC_PORT = 18203
@@ -34,7 +35,13 @@ TEXTS = (
 
 
 # ---------------------------------------------------------------- unit level (no server)
-def test_servers_table_errors_name_the_field(tmp_path):
+def test_servers_table_errors_name_the_field(tmp_path, monkeypatch):
+    """Before any build exists (CI's self-tests run before its llama.cpp stage): the pinned release's flags are a
+    fake build's `--help`."""
+    import spec_route_suite.servers.llama_cpp as llama_cpp
+    monkeypatch.setattr(llama_cpp, "CACHE", tmp_path / "cache")
+    monkeypatch.delenv("SPEC_SUITE_LLAMA_CPP_HOME", raising=False)
+    fake_build(tmp_path / "cache", llama_cpp.VERSION, NEW_LLAMA_HELP)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     good = {"managed": "llama-cpp", "model": "m", "instances": {"ar": {"port": 18200}}}

@@ -7,19 +7,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec_route_suite.servers import managed
+from spec_route_suite.servers import engine_cli
 
 
 @pytest.fixture
 def stopped(monkeypatch):
     calls = []
-    monkeypatch.setattr(managed, "stop", lambda state_dir, names=None, **kw: calls.append(names) or [])
+    monkeypatch.setattr(engine_cli, "stop", lambda state_dir, names=None, **kw: calls.append(names) or [])
     return calls
 
 
-def cli() -> managed.EngineCli:
+def cli() -> engine_cli.EngineCli:
     servers = SimpleNamespace(servers=(SimpleNamespace(name="p3_ar"), SimpleNamespace(name="p3_dflash")))
-    return managed.EngineCli(prog="t", description="t", preset=Path("routes.toml"), install=lambda: None,
+    return engine_cli.EngineCli(prog="t", description="t", preset=Path("routes.toml"), install=lambda: None,
                              load_server_set=lambda path: servers, default_state_dir=lambda: Path("/nonexistent"),
                              servers_file="s.json", log=lambda _: None)
 
@@ -31,6 +31,6 @@ def cli() -> managed.EngineCli:
 ])
 def test_stop_stops_the_routes_files_servers_unless_told_all(stopped, argv, names):
     engine = cli()
-    parser, _ = managed.cli_parser(engine)
-    assert managed.run_cli(engine, parser.parse_args(["--routes", "routes.toml", *argv]), lambda *a: 0) == 0
+    parser, _ = engine_cli.cli_parser(engine)
+    assert engine_cli.run_cli(engine, parser.parse_args(["--routes", "routes.toml", *argv]), lambda *a: 0) == 0
     assert stopped == [names]

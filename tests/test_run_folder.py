@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from spec_route_suite.routes.spec import EMBEDDED_MODELS
-from spec_route_suite.servers.managed import judge_run
+from spec_route_suite.servers.run_judgement import judge_run
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-test-planted-key-5f2c9a"
