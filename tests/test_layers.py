@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "spec_route_suite.embedded.chatml_corpus", "spec_route_suite.embedded.tools")),
     ("config", ("spec_route_suite.config", "spec_route_suite.options", "spec_route_suite.routes.spec",
                 "spec_route_suite.routes.config_errors", "spec_route_suite.routes.hub_tokenizer",
-                "spec_route_suite.routes.kinds", "spec_route_suite.routes.declared",
+                "spec_route_suite.routes.kinds",
                 "spec_route_suite.prompts.sources", "spec_route_suite.prompts.rows",
                 "spec_route_suite.prompts.records", "spec_route_suite.presets")),
     ("routes", ("spec_route_suite.routes", "spec_route_suite.routes.*", "spec_route_suite.reference",

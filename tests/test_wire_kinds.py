@@ -1,10 +1,10 @@
-"""Wire kinds: one adapter module, one `@wire_kind` registration, read without importing the adapter.
+"""Wire kinds: one adapter module and one row of kinds.BUILT_IN, read without importing the adapter.
 
-Why: a wire used to be spelled in a table of kinds, branches of the routes-file parser, the managed servers'
-engine table, the issue templates (as "llama.cpp" and "llama-cpp") and two script parsers. Now the registration
-on the adapter class is the one place: parsing a routes file finds it from source (the hf and reference adapters
-load torch, which a configuration error must not wait for), building a route imports the adapter it names, and
-a kind in any other module registers by being imported.
+Why: a wire used to be spelled in branches of the routes-file parser, the managed servers' engine table, the issue
+templates (as "llama.cpp" and "llama-cpp") and two script parsers. Now its row is the one place: parsing a routes
+file reads it without importing the adapter (the hf and reference adapters load torch, which a configuration
+error must not wait for), building a route imports the "module:Class" it names, and a kind in any other module
+registers with `@wire_kind` by being imported.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import pytest
 from spec_route_suite.reports.issue_templates import TEMPLATES
 from spec_route_suite.reports.repro import engine_of
 from spec_route_suite.routes import flavours, kinds
-from spec_route_suite.routes.declared import decorated_classes
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import TABLE_READERS, ConfigError, parse_route_uri, spec_from_table
 from spec_route_suite.servers import managed_engines
@@ -46,15 +45,21 @@ def test_parsing_every_kind_never_imports_torch():
     assert done.stdout.strip() == "[]", done.stdout
 
 
-def test_each_kind_is_the_registration_on_its_adapter_class():
-    """What the source declares is what the decorator registers once the adapter runs, one kind per class."""
+def test_each_built_in_kind_names_an_adapter_class_of_its_own():
+    """Each row's "module:Class" is an adapter class (it generates), one kind per class, and no module of the package registers a
+    kind a second way (the decorator is for plugins)."""
     declared = kinds.route_kinds()
     assert len({k.adapter for k in declared.values()}) == len(declared)
     for name, kind in declared.items():
         module, _, cls = kind.adapter.partition(":")
-        assert isinstance(getattr(import_module(module), cls), type), kind
+        adapter = getattr(import_module(module), cls)
+        assert isinstance(adapter, type) and callable(getattr(adapter, "generate", None)), kind
         assert kinds.route_kinds()[name] == kind and kind.table in kinds.TABLES
-    assert {f"{d.module}:{d.name}" for d in decorated_classes("wire_kind")} == {k.adapter for k in declared.values()}
+    assert set(declared) == {kind.name for kind in kinds.BUILT_IN}
+    package = Path(kinds.__file__).resolve().parent.parent
+    decorated = [p.name for p in package.rglob("*.py")
+                 if any(line.startswith("@wire_kind(") for line in p.read_text().splitlines())]
+    assert decorated == []
 
 
 def test_every_routes_table_a_kind_may_name_has_its_reader():
