@@ -46,12 +46,11 @@ def death_finding(item: pytest.Item, error: RouteDied, *, check: str, **details)
                 return Finding.from_route_death(error, check=check, control="the baseline still answers", **details)
             control = "the baseline stopped answering too"
         else:
-            try:
-                handle.generate(replace(request, request_id=f"{request.request_id}-control"))
+            failed = baseline_fails(handle, request)
+            if failed is None:
                 return Finding.from_route_death(error, check=check, control="the baseline answers the same request",
                                                 **details)
-            except (RouteError, RouteHung, RouteDied) as exc:
-                control = f"the baseline fails it too ({str(exc)[:200]})"
+            control = f"the baseline fails it too ({failed})"
     return replace(Finding.from_route_error(error, check=check, **details),
                    title=f"{error.describe()[:250]}; {control}")
 
@@ -75,9 +74,7 @@ def wedge_findings(item: pytest.Item, *, check: str, phase: str) -> list[Finding
         if hang.died or hang.since_test != item.nodeid or name == baseline or name not in session.specs \
                 or request is None or baseline not in session.specs:
             continue
-        try:
-            session.handle(baseline).generate(replace(request, request_id=f"{request.request_id}-control"))
-        except (RouteError, RouteHung, RouteDied):
+        if baseline_fails(session.handle(baseline), request) is not None:
             continue   # the baseline cannot serve it either: not the candidate's alone
         candidate = session.handle(name)
         still = candidate.silent()
@@ -89,14 +86,21 @@ def wedge_findings(item: pytest.Item, *, check: str, phase: str) -> list[Finding
                                          f"request ({still})")
         if dead is None:
             continue
-        error = RouteDied(dead.describe(), cause=RouteTimeout(hang.why, route=name, request_id=hang.request_id),
-                          route=name, request_id=hang.request_id)
-        error.request = request
+        error = candidate.death(dead, RouteTimeout(hang.why, route=name, request_id=hang.request_id), request)
         candidate.note(f"{dead.describe()}: no request is sent to it again; later tests read 'not run'")
         repro = error_repro(item, error)
         found.append(Finding.from_route_death(error, check=check, control="the baseline answers the same request",
                                               phase=phase, **({"repro": repro} if repro else {})))
     return found
+
+
+def baseline_fails(baseline, request) -> str | None:
+    """The control: the baseline answers the request the candidate died or wedged on (None), or why it fails too."""
+    try:
+        baseline.generate(replace(request, request_id=f"{request.request_id}-control"))
+    except (RouteError, RouteHung, RouteDied) as exc:
+        return str(exc)[:200]
+    return None
 
 
 def error_repro(item: pytest.Item, error: RouteError | RouteDied) -> dict | None:
