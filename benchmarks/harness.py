@@ -33,7 +33,7 @@ from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri
-from spec_route_suite.routes.timing import TimedRoute
+from spec_route_suite.routes.wrappers.timing import TimedRoute
 from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.driver import burst, drive_handle, plan
 

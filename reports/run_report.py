@@ -16,8 +16,8 @@ from spec_route_suite.reports.compare import compare_reports, load_report
 from spec_route_suite.reports.coverage import ANY_ROUTE, Gap, coverage_gaps, coverage_rows, route_of_test, table_dicts
 from spec_route_suite.reports.parity import parity
 from spec_route_suite.reports.regression import regression_gaps
-from spec_route_suite.routes.acceptance import summed_worker_profile
-from spec_route_suite.routes.traffic_acceptance import merged_bands
+from spec_route_suite.routes.speculation.acceptance import summed_worker_profile
+from spec_route_suite.routes.wrappers.traffic_acceptance import merged_bands
 
 NOT_VERIFIED_PREFIX = "not verified"
 

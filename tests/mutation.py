@@ -50,7 +50,7 @@ DISTRIBUTION_ARGS = ("--prompt-limit", "14", "--detect-tv", "0.1")
 class Mutant:
     """One row of the table: a planted fault and the check family that must catch it. `fault` names a reference
     engine fault (spec_route_suite/reference/faults.py FAULTS); a row for a family no engine fault aims at plants
-    a route wrapper instead (`plant`, spec_route_suite/routes/planted.py) around the correct engine."""
+    a route wrapper instead (`plant`, spec_route_suite/routes/wrappers/planted.py) around the correct engine."""
 
     fault: str
     catcher: str

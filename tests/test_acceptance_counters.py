@@ -5,9 +5,9 @@ verification step, 2 drafts counted accepted, 1 token emitted by the step."""
 from __future__ import annotations
 
 from spec_route_suite.reports.render_markdown import _speculation
-from spec_route_suite.routes.acceptance import acceptance_profile
+from spec_route_suite.routes.speculation.acceptance import acceptance_profile
 from spec_route_suite.routes.base import AcceptanceSnapshot
-from spec_route_suite.routes.metrics import acceptance_from_metrics
+from spec_route_suite.routes.speculation.metrics import acceptance_from_metrics
 
 
 def metrics(*, drafts: int, accepted: int, generated: int | None, finished: int | None) -> str:

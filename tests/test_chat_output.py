@@ -22,9 +22,9 @@ from spec_route_suite.embedded import PAIR2_DIR, chatml, chatml_corpus, tools
 from spec_route_suite.prompts.agentic import parity_prompts
 from spec_route_suite.routes.chat import chat_request
 from spec_route_suite.routes.base import Completion
-from spec_route_suite.routes.chat_output import (PARSER_FAULTS, Markers, ParserFaults, ParserPool,
+from spec_route_suite.routes.wire.chat_output import (PARSER_FAULTS, Markers, ParserFaults, ParserPool,
                                                            parse_answer, parse_whole)
-from spec_route_suite.routes.openai_chat import folded_stream, reasoning_of, tool_calls_of
+from spec_route_suite.routes.wire.openai_chat import folded_stream, reasoning_of, tool_calls_of
 
 TARGET = PAIR2_DIR / "target"
 

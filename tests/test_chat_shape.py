@@ -25,7 +25,7 @@ from spec_route_suite.routes.chat import chat_request, render_chat_ids
 from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.tokenizers import load_tokenizer
-from spec_route_suite.routes.planted import parse_plant
+from spec_route_suite.routes.wrappers.planted import parse_plant
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.servers.inprocess import serve_in_thread

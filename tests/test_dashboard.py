@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.routes.base import AcceptanceSnapshot
-from spec_route_suite.routes.acceptance import acceptance_profile
+from spec_route_suite.routes.speculation.acceptance import acceptance_profile
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import CoverageRecord
 from spec_route_suite.reports.redact import Redactor

@@ -22,8 +22,8 @@ from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Request, ResponseFormat, RouteWrapper
 from spec_route_suite.routes.errors import FeatureUnsupported, RouteMalformed
-from spec_route_suite.routes.openai import OpenAIRoute
-from spec_route_suite.routes.sglang_generate import SGLangRoute
+from spec_route_suite.routes.wire.openai import OpenAIRoute
+from spec_route_suite.routes.wire.sglang_generate import SGLangRoute
 from spec_route_suite.routes.spec import RouteSpec, parse_route_uri
 from spec_route_suite.session import RouteHandle
 from tests.mutation import MUTANTS, run_route_suite
@@ -51,13 +51,13 @@ def ref(models, loop):
 
 @pytest.fixture(scope="module")
 def ar():
-    from spec_route_suite.routes.hf import HFRoute
+    from spec_route_suite.routes.wire.hf import HFRoute
     return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
 
 
 @pytest.fixture(scope="module")
 def assisted():
-    from spec_route_suite.routes.hf import HFRoute
+    from spec_route_suite.routes.wire.hf import HFRoute
     from spec_route_suite.routes.spec import default_candidate
     return HFRoute(default_candidate())
 
@@ -151,7 +151,7 @@ def test_hf_openai_penalties_equal_the_greedy_loop_and_the_engine(loop, ref, ar,
 def test_penalty_processor_is_the_openai_formula_over_output_tokens_only():
     """Random logits and histories: mu[j] - c[j] * frequency - (c[j] > 0) * presence with c counted over
     the generated tokens alone, the reference engine's `penalise` row by row."""
-    from spec_route_suite.routes.hf_processors import OpenAIPenalties
+    from spec_route_suite.routes.wire.hf_processors import OpenAIPenalties
     from spec_route_suite.reference.features import penalise
     gen = torch.Generator().manual_seed(0)
     vocab, prompt_length = 50, 7
@@ -253,7 +253,7 @@ def test_feature_checks_pass_the_correct_engine_and_catch_each_fault(tmp_path):
     ('{"a": "unfinished', True, False), ("{}", True, True), ('{"a" 1}', False, False), ("[1]", False, False),
     ('{"a": tru', True, False), ('{"a": trux}', False, False), ('{"a": 1}}', False, False), ('{,}', False, False)])
 def test_json_prefix_automaton(text, prefix, complete):
-    from spec_route_suite.routes.grammar import JsonPrefix
+    from spec_route_suite.routes.wire.grammar import JsonPrefix
     state = JsonPrefix().feed(text)
     assert (state is not None) == prefix and (state is not None and state.complete) == complete
 
@@ -283,7 +283,7 @@ SCHEMA = {"type": "object", "required": ["age", "name"], "additionalProperties":
     ('{"age": 01', False, False), ('{"age": 4, "age": 5', False, False), ('{"age": 4, "name": "x"}x', False, False),
     ('{"age": -', True, False), ('{"age": -}', False, False)])
 def test_schema_prefix_automaton(text, prefix, complete):
-    from spec_route_suite.routes.grammar import Schema, SchemaPrefix
+    from spec_route_suite.routes.wire.grammar import Schema, SchemaPrefix
     state = SchemaPrefix(Schema.parse(json.dumps(SCHEMA))).feed(text)
     assert (state is not None) == prefix and (state is not None and state.complete) == complete
 

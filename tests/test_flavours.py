@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities
-from spec_route_suite.routes.evidence import SpeculationTally
+from spec_route_suite.routes.speculation.evidence import SpeculationTally
 from spec_route_suite.routes.flavours import Probes, ResponseEvidence, by_name, detect
 from tests.http_fakes import recorded
 

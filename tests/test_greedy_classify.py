@@ -16,7 +16,7 @@ import pytest
 import spec_route_suite.equivalence.test_greedy as greedy_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.tokenizers import encode_prompt
-from spec_route_suite.routes.planted import PlantedDivergenceRoute
+from spec_route_suite.routes.wrappers.planted import PlantedDivergenceRoute
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
                                       hf_route, prompts, reference_route, suite_config, tokenizer)
 

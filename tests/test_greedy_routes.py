@@ -126,7 +126,7 @@ def handle(route, name: str | None = None) -> RouteHandle:
 
 @lru_cache(maxsize=None)
 def hf_route(name: str, draft: bool):
-    from spec_route_suite.routes.hf import HFRoute
+    from spec_route_suite.routes.wire.hf import HFRoute
     torch.set_num_threads(1)
     spec = RouteSpec(name=name, kind="hf", model=str(MODELS / "target"), tokenizer=str(MODELS / "target"),
                      draft=str(MODELS / "draft") if draft else None, num_assistant_tokens=4 if draft else None)

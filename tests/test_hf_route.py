@@ -8,7 +8,7 @@ import pytest
 from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Request
-from spec_route_suite.routes.hf import HFRoute
+from spec_route_suite.routes.wire.hf import HFRoute
 from spec_route_suite.routes.spec import EMBEDDED_MODELS, default_baseline, default_candidate, parse_route_uri
 
 

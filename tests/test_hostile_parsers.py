@@ -26,7 +26,7 @@ from tests.hostile_shapes import (BODY_SHAPES, STREAM_SHAPES, TEN_MB, Reply, Tal
                             token_lists, vllm_body, vllm_events, call_with)
 from spec_route_suite.routes.base import AcceptanceSnapshot, Request, RouteInventory
 from spec_route_suite.routes.errors import RouteError
-from spec_route_suite.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
+from spec_route_suite.routes.speculation.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri
 

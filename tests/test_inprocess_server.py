@@ -30,7 +30,7 @@ from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Request, Route, RouteInventory
 from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.tokenizers import load_tokenizer
-from spec_route_suite.routes.metrics import acceptance_from_metrics
+from spec_route_suite.routes.speculation.metrics import acceptance_from_metrics
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.servers.inprocess import Engine, make_server, serve_in_thread

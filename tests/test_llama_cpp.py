@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.routes.base import Request
-from spec_route_suite.routes.metrics import acceptance_from_metrics
+from spec_route_suite.routes.speculation.metrics import acceptance_from_metrics
 from spec_route_suite.routes.spec import EMBEDDED_MODELS, ConfigError, load_routes_file, spec_from_table
 from spec_route_suite.servers import server_acceptance_delta, snapshot_acceptance
 from spec_route_suite.servers.llama_cpp import (PRESET, REPO_ROOT, ServerSet, Speculation, install,
@@ -414,7 +414,7 @@ def test_a_load_shorter_than_one_gauge_reading_is_seen_by_the_busy_slot_counters
     import httpx
 
     from spec_route_suite.routes.flavours.llama_cpp import LlamaCpp
-    from spec_route_suite.routes.served_together import peak_lower_bound
+    from spec_route_suite.routes.speculation.served_together import peak_lower_bound
 
     _, ids = prompts
     handle = handles["draft_simple"]

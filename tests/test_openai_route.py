@@ -18,9 +18,9 @@ from transformers import AutoTokenizer
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import (CapabilityMissing, ContextExceeded, RouteDisconnected, RouteError,
                                                     RouteHTTPError, RouteMalformed, RouteTimeout)
-from spec_route_suite.routes.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
-from spec_route_suite.routes.openai import OpenAIRoute
-from spec_route_suite.routes.sglang_generate import SGLangRoute
+from spec_route_suite.routes.speculation.metrics import acceptance_from_metrics, parse_prometheus, speculative_positions
+from spec_route_suite.routes.wire.openai import OpenAIRoute
+from spec_route_suite.routes.wire.sglang_generate import SGLangRoute
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import RouteSpec, Timeouts
 from spec_route_suite.routes.textlevel import retokenize
@@ -682,7 +682,7 @@ def test_one_answer_without_logprobs_entries_is_that_answers_gap_not_the_routes(
     """On a server whose ids come inside logprobs entries, an answer without entries has incomplete ids: it is
     marked as such (text-level, id_gap) and the route keeps its logprobs; only a server never seen giving ids in
     entries is told it lacks them."""
-    from spec_route_suite.routes.openai_answers import NO_ENTRIES
+    from spec_route_suite.routes.wire.openai_answers import NO_ENTRIES
     from spec_route_suite.routes.spec import EMBEDDED_MODELS, spec_from_table
     spec = spec_from_table("c", {"kind": "openai", "base_url": "http://127.0.0.1:18210/v1", "model": "m",
                                  "tokenizer": str(EMBEDDED_MODELS / "target")}, base=tmp_path)

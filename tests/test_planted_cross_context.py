@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.routes.base import Capabilities, Completion, Request, Route
-from spec_route_suite.routes.planted import CROSS_CONTEXT, CrossContextRoute, parse_plant, planted
+from spec_route_suite.routes.wrappers.planted import CROSS_CONTEXT, CrossContextRoute, parse_plant, planted
 from spec_route_suite.routes.spec import ConfigError, parse_route_uri
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.routes.base import Capabilities, Completion, NotOffered, Request, Route
-from spec_route_suite.routes.planted import TEMPERATURE, parse_plant, planted
+from spec_route_suite.routes.wrappers.planted import TEMPERATURE, parse_plant, planted
 from spec_route_suite.routes.spec import ConfigError, parse_route_uri
 
 

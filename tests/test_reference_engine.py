@@ -63,7 +63,7 @@ def ref(make):
 
 @pytest.fixture(scope="module")
 def ar(loop):
-    from spec_route_suite.routes.hf import HFRoute
+    from spec_route_suite.routes.wire.hf import HFRoute
     return HFRoute(parse_route_uri("baseline", f"hf:{TARGET_DIR}", base=TARGET_DIR))
 
 
@@ -219,7 +219,7 @@ def test_acceptance_counters_are_consistent_and_speculation_ran(loop, make, prom
     assert len(per_pos) == K and sum(per_pos) == snap.accepted and snap.draft_tokens == K * snap.drafts
     assert all(a >= b for a, b in zip(per_pos, per_pos[1:])), per_pos
     assert snap.mean_acceptance_length > 1.5, "speculation did not run (acceptance length ~1)"
-    from spec_route_suite.routes.metrics import acceptance_from_metrics
+    from spec_route_suite.routes.speculation.metrics import acceptance_from_metrics
     scraped = acceptance_from_metrics(route.engine.counters.prometheus())
     own = loop.run(route.acceptance(), timeout=10)
     # The same counters read two ways: scraped from /metrics they are the server's, read off the route its own.

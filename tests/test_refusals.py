@@ -19,7 +19,7 @@ import pytest
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import FeatureUnsupported, RouteHTTPError
 from spec_route_suite.routes.flavours import by_name
-from spec_route_suite.routes.openai import OpenAIRoute
+from spec_route_suite.routes.wire.openai import OpenAIRoute
 from spec_route_suite.routes.spec import RouteSpec, Timeouts
 
 from tests.http_fakes import FakeServer

@@ -7,7 +7,7 @@ from pathlib import Path
 from spec_route_suite.routes.base import AcceptanceSnapshot
 from spec_route_suite.reports.acceptance import (ACCEPTED_NOTHING, ALMOST_NOTHING, DID_NOT_RUN, FLOOR_MIN_DRAFT_TOKENS,
                                                  MISSING, RAN, UNKNOWN, below_floor, speculation_status)
-from spec_route_suite.routes.acceptance import acceptance_profile
+from spec_route_suite.routes.speculation.acceptance import acceptance_profile
 from spec_route_suite.reports.collector import CheckOutcome, RunCollector, WorkerState
 from spec_route_suite.reports.coverage import FAMILIES, CoverageRecord
 from spec_route_suite.reports.parity import parity

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.routes.planted import CROSS_CONTEXT, planted
+from spec_route_suite.routes.wrappers.planted import CROSS_CONTEXT, planted
 from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS
 from spec_route_suite.stressors.control import LoadControl

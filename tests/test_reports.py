@@ -15,7 +15,7 @@ from spec_route_suite.reports.render_markdown import render_summary
 from spec_route_suite.reports.run_report import build_run_report, verdict_of
 from spec_route_suite.reports.writer import write_run_folder
 from spec_route_suite.routes.base import AcceptanceSnapshot, Request
-from spec_route_suite.routes.acceptance import acceptance_profile
+from spec_route_suite.routes.speculation.acceptance import acceptance_profile
 from spec_route_suite.reports.repro_spec import parity_repro
 from tests.repro_helpers import served
 

@@ -30,7 +30,7 @@ from spec_route_suite.embedded.chatml_corpus import MAKERS
 from spec_route_suite.training.tokenizer import SP_SPECIAL_TOKENS
 from spec_route_suite.prompts.encode import encode_record
 from spec_route_suite.prompts.records import CATEGORIES, load_prompt_set
-from spec_route_suite.routes.chat_output import parse_whole
+from spec_route_suite.routes.wire.chat_output import parse_whole
 from spec_route_suite.servers.inprocess import serve_in_thread
 from tests.test_suite_end_to_end import run_suite
 

@@ -1,4 +1,4 @@
-"""The lower bound on requests served together from cumulative busy-slot counters (routes/served_together.py).
+"""The lower bound on requests served together from cumulative busy-slot counters (routes/speculation/served_together.py).
 
 The bound must never claim two together for a window of one-at-a-time steps, however the counters were rounded
 when printed, and must see a batched window whatever its length; the live proof against llama.cpp is
@@ -7,7 +7,7 @@ tests/test_llama_cpp.py::test_a_load_shorter_than_one_gauge_reading_is_seen_by_t
 from __future__ import annotations
 
 from spec_route_suite.routes.flavours.llama_cpp import LlamaCpp
-from spec_route_suite.routes.served_together import busy_from_mean, peak_lower_bound, printed
+from spec_route_suite.routes.speculation.served_together import busy_from_mean, peak_lower_bound, printed
 
 
 def _metrics(decodes: float, busy: float) -> str:

@@ -18,7 +18,7 @@ from spec_route_suite.prompts.samples import write_samples
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.loop import BackgroundLoop
-from spec_route_suite.routes.planted import PlantedDivergenceRoute, parse_plant
+from spec_route_suite.routes.wrappers.planted import PlantedDivergenceRoute, parse_plant
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.code_exec import passes

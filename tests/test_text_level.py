@@ -26,7 +26,7 @@ from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.tokenizers import load_tokenizer
-from spec_route_suite.routes.openai import OpenAIRoute
+from spec_route_suite.routes.wire.openai import OpenAIRoute
 from spec_route_suite.routes.spec import EMBEDDED_MODELS, parse_route_uri
 from spec_route_suite.routes.textlevel import BLIND, TEXT_LEVEL, aligned, describe, retokenize
 from spec_route_suite.servers.inprocess import serve_in_thread

@@ -1,4 +1,4 @@
-"""Acceptance by kind of traffic (routes/traffic_acceptance.py): each band is the sum of its answers' own counters.
+"""Acceptance by kind of traffic (routes/wrappers/traffic_acceptance.py): each band is the sum of its answers' own counters.
 
 The in-process assisted-generation route states every answer's drafts, so the wrapper's tallies are checked against
 those answers one by one; the report sums the workers' tallies and the summary names each band.
@@ -16,9 +16,9 @@ from spec_route_suite.reports.render_markdown import render_summary
 from spec_route_suite.reports.run_report import build_run_report
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.routes.loop import BackgroundLoop
-from spec_route_suite.routes.traffic_acceptance import (BANDS, BandTally, TrafficAcceptance, band, merged_bands,
+from spec_route_suite.routes.wrappers.traffic_acceptance import (BANDS, BandTally, TrafficAcceptance, band, merged_bands,
                                                         traffic_tallies)
-from spec_route_suite.routes.timing import TimedRoute
+from spec_route_suite.routes.wrappers.timing import TimedRoute
 
 
 def _answer(tokens: int, *, drafted: int, accepted: int, steps: int | None, per_pos=()) -> Completion:
@@ -59,7 +59,7 @@ def loop():
 def test_the_wrapper_tallies_each_answers_own_counters_by_band(loop):
     """Through a real speculative engine (assisted generation over the default pair): each band equals the sum of
     its answers' own counters."""
-    from spec_route_suite.routes.hf import HFRoute
+    from spec_route_suite.routes.wire.hf import HFRoute
     from spec_route_suite.routes.spec import default_candidate
 
     inner = HFRoute(default_candidate())

@@ -236,7 +236,7 @@ def test_a_baseline_that_speculated_keeps_the_run_waiting(tmp_path):
 def _stated_inventory(flavour: str, bodies: dict) -> dict:
     """A route inventory as an HTTP route builds it from what the server's GET endpoints say."""
     from spec_route_suite.routes.flavours import Probes, by_name
-    from spec_route_suite.routes.http import stated
+    from spec_route_suite.routes.wire.http import stated
     facts = by_name(flavour).facts(Probes(bodies=bodies, notes={}, model="m"))
     return {"engine": facts.engine, "speculation": dict(facts.speculation), "draft": facts.draft,
             "extra": stated(facts)}
@@ -461,7 +461,7 @@ def test_greedy_policy_and_tau_reach_the_stressors(mode, tau_over_margin, fails)
 
 
 def test_cached_prompt_tokens_are_read_from_usage():
-    from spec_route_suite.routes.openai_shapes import cached_tokens
+    from spec_route_suite.routes.wire.openai_shapes import cached_tokens
     assert cached_tokens({"usage": {"prompt_tokens_details": {"cached_tokens": 12}}}) == 12
     assert cached_tokens({"usage": {"prompt_tokens": 30}}) is None and cached_tokens({"usage": None}) is None
 

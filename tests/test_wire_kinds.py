@@ -69,7 +69,7 @@ def test_every_routes_table_a_kind_may_name_has_its_reader():
 def test_a_kind_from_any_module_registers_by_its_decorator(tmp_path, monkeypatch):
     (tmp_path / "toy_wire.py").write_text(textwrap.dedent('''
         from spec_route_suite.routes.kinds import wire_kind
-        from spec_route_suite.routes.openai import OpenAIRoute
+        from spec_route_suite.routes.wire.openai import OpenAIRoute
 
         @wire_kind("toy-wire", engine="toy-engine", table="server", summary="a toy wire over OpenAI's")
         class ToyWireRoute(OpenAIRoute):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .config_errors import ConfigError
+from spec_route_suite.routes.config_errors import ConfigError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 # what a tokenizer needs from a hub repository (never the weights)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .base import Completion, Request, Route, RouteWrapper, summed_positions
+from spec_route_suite.routes.base import Completion, Request, Route, RouteWrapper, summed_positions
 
 BANDS = ("greedy", "sampled, T <= 1", "sampled, T > 1")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .base import AcceptanceSnapshot, summed_positions
+from spec_route_suite.routes.base import AcceptanceSnapshot, summed_positions
 
 
 def acceptance_profile(snapshot: AcceptanceSnapshot | None, *, num_speculative_tokens: int | None = None,
