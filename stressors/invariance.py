@@ -250,3 +250,12 @@ def seeded_repro(problem: tuple[int, str], plans, *, candidate, baseline, concur
         return repeat_repro(seeded, candidate=candidate, baseline=baseline)
     return load_repro([(sub.request, 0, None) for sub in subs], candidate=candidate, baseline=baseline,
                       concurrency=concurrency, note=f"the seeded request {seeded.request_id} among its companions")
+
+
+def seeded_budget_note(candidate, stress_budget, comparison) -> Finding:
+    """What the seeds check compared, and against which control (an info line of the report)."""
+    return Finding(check=CHECK, severity="info", route=candidate.name,
+                   title=f"seeded sampling: {stress_budget.seeds} seeds compared serially (twice) and under load; "
+                         f"{comparison.control_text()}",
+                   details={"budget": stress_budget.describe(), "temperature": SAMPLING_TEMPERATURE,
+                            "load_control": comparison.as_details()})

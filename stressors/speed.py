@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from spec_route_suite.routes.base import Request
+from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.stressors.driver import LoadRun, burst, drive_handle, plan
 
 SPEED_PROMPTS = 24   # the acceptance-collapse warning's power: llama.cpp's EAGLE-3 collapse (F4) as the full run of
@@ -135,3 +136,23 @@ def speedups(baseline: Sequence[dict[str, Any]], candidate: Sequence[dict[str, A
                     "decode_x": ratio(row["decode_tok_s"], base["decode_tok_s"]),
                     "ttft_x": ratio(base["ttft_p50_s"], row["ttft_p50_s"])})
     return out
+
+
+def route_slots(handle) -> int | None:
+    """The slots a server states it has (llama.cpp's /props), None when it states none."""
+    try:
+        return (handle.inventory().extra or {}).get("slots")
+    except RouteError:
+        return None
+
+
+def defer_to_the_idle_server(candidate, prompts, levels, findings) -> None:
+    """Answers that state no drafting: acceptance under load is judged from the server's counters by the controller
+    once the server is idle (spec_route_suite/load_phases.py); a route with no counters either leaves it a gap."""
+    try:
+        snapshot = candidate.acceptance()
+    except RouteError:
+        snapshot = None
+    if snapshot is not None and snapshot.scope == "server" and max(levels) > 1:
+        findings.measure("load_acceptance_deferred", route=candidate.name, levels=[1, max(levels)],
+                         prompts=[list(p) for p in prompts])

@@ -20,7 +20,7 @@ from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import record
 from spec_route_suite.stressors.coverage import LoadWitness
-from spec_route_suite.stressors.invariance import (CHECK, SAMPLING_TEMPERATURE, IdenticalRequests, NeedleBatches,
+from spec_route_suite.stressors.invariance import (CHECK, IdenticalRequests, NeedleBatches, seeded_budget_note,
                                                    seeded_count, seeded_plans, seeded_problems, seeded_repro,
                                                    seeded_top_up)
 from spec_route_suite.stressors.pair import LoadPair
@@ -62,15 +62,6 @@ def test_identical_greedy_requests_agree_under_load(candidate, baseline, tokeniz
         pytest.fail(f"candidate '{candidate.name}': {title}; {why}", pytrace=False)
 
 
-def _seeded_budget_note(candidate, stress_budget, comparison) -> Finding:
-    """What the seeds check compared, and against which control (an info line of the report)."""
-    return Finding(check=CHECK, severity="info", route=candidate.name,
-                   title=f"seeded sampling: {stress_budget.seeds} seeds compared serially (twice) and under load; "
-                         f"{comparison.control_text()}",
-                   details={"budget": stress_budget.describe(), "temperature": SAMPLING_TEMPERATURE,
-                            "load_control": comparison.as_details()})
-
-
 def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stress_budget, stress_workload,
                                                       stress_references, stress_max_tokens, suite_config,
                                                       stress_control, findings):
@@ -89,7 +80,7 @@ def test_seeded_sampling_same_serially_and_under_load(candidate, baseline, stres
                              concurrency=level, latency=latency))
     witness.cover(findings, CHECK,
                   could_detect=f"a seeded sample that changes under load ({comparison.control_text()})")
-    findings.add(_seeded_budget_note(candidate, stress_budget, comparison))
+    findings.add(seeded_budget_note(candidate, stress_budget, comparison))
     judged = record(findings, comparison, check=CHECK, control=stress_control, candidate=candidate,
                     examples=[line for _, line, _ in theirs or ()])
     if not judged or not problems:

@@ -13,10 +13,9 @@ import pytest
 
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.prompts.prompt_set import run_prompts
-from spec_route_suite.routes.errors import RouteError
 from spec_route_suite.stressors.acceptance_collapse import collapse_findings
-from spec_route_suite.stressors.speed import (SPEED_PROMPTS, SPEED_TOKENS, measure_level, speed_levels, speedups,
-                                             warm_up)
+from spec_route_suite.stressors.speed import (SPEED_PROMPTS, SPEED_TOKENS, defer_to_the_idle_server, measure_level,
+                                             route_slots, speed_levels, speedups, warm_up)
 
 
 @pytest.fixture(scope="session")
@@ -25,17 +24,10 @@ def speed_baseline_rows() -> dict:
     return {}
 
 
-def _slots(handle):
-    try:
-        return (handle.inventory().extra or {}).get("slots")
-    except RouteError:
-        return None
-
-
 def test_speed_gate(baseline, candidate, fitted_prompts, suite_config, speed_baseline_rows, findings):
     records = pick_lean(run_prompts(suite_config), SPEED_PROMPTS)   # the run's prompts: the user's with --prompts
     prompts = [fitted_prompts.ids(r, max_tokens=SPEED_TOKENS) for r in records]
-    levels = speed_levels(suite_config.concurrency_levels, [_slots(baseline), _slots(candidate)])
+    levels = speed_levels(suite_config.concurrency_levels, [route_slots(baseline), route_slots(candidate)])
     rows: dict[str, list] = {"baseline": [], "candidate": []}
     warm_up(baseline, prompts)
     warm_up(candidate, prompts)
@@ -52,16 +44,4 @@ def test_speed_gate(baseline, candidate, fitted_prompts, suite_config, speed_bas
     for finding in collapse_findings(rows["candidate"], route=candidate.name, alpha=suite_config.alpha):
         findings.add(finding)
     if not any(row.get("acceptance_by_prompt") for row in rows["candidate"]):
-        _defer_to_the_idle_server(candidate, prompts, levels, findings)
-
-
-def _defer_to_the_idle_server(candidate, prompts, levels, findings) -> None:
-    """Answers that state no drafting: acceptance under load is judged from the server's counters by the controller
-    once the server is idle (spec_route_suite/load_phases.py); a route with no counters either leaves it a gap."""
-    try:
-        snapshot = candidate.acceptance()
-    except RouteError:
-        snapshot = None
-    if snapshot is not None and snapshot.scope == "server" and max(levels) > 1:
-        findings.measure("load_acceptance_deferred", route=candidate.name, levels=[1, max(levels)],
-                         prompts=[list(p) for p in prompts])
+        defer_to_the_idle_server(candidate, prompts, levels, findings)

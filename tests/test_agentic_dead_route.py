@@ -16,7 +16,7 @@ from spec_route_suite.prompts.agentic import session_plans
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.errors import RouteDisconnected
 from spec_route_suite.stressors.sessions import SessionSettings, run_session
-from spec_route_suite.stressors.test_agentic_sessions import _judge_transcripts
+from spec_route_suite.stressors.agent_protocol import judge_transcripts
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.embedded import MODELS_DIR
 
@@ -58,8 +58,8 @@ def _transcripts(route, *, timeout_s=5.0):
 def _judged(reference, actual, sink) -> list[str]:
     """The sessions part's turn-by-turn judgement of `actual` against `reference`, findings into `sink`."""
     ctx = dict(baseline=SimpleNamespace(name="baseline"), candidate=SimpleNamespace(name="cand"), findings=sink)
-    return _judge_transcripts(reference, actual, label="concurrent session turn",
-                              evidence=SimpleNamespace(add=lambda *a: None), ctx=ctx, sent=[actual])
+    return judge_transcripts(reference, actual, label="concurrent session turn",
+                             evidence=SimpleNamespace(add=lambda *a: None), ctx=ctx, sent=[actual])
 
 
 @pytest.mark.parametrize("hang", [False, True], ids=["dies", "hangs"])

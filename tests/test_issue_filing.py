@@ -339,7 +339,7 @@ def test_a_concurrent_session_turn_is_under_load_only_when_the_candidate_alone_a
     from spec_route_suite.embedded import MODELS_DIR
     from spec_route_suite.prompts.agentic import session_plans
     from spec_route_suite.stressors.sessions import SessionSettings, run_session
-    from spec_route_suite.stressors.test_agentic_sessions import _judge_transcripts
+    from spec_route_suite.stressors.agent_protocol import judge_transcripts
     from spec_route_suite.tokenizers import load_tokenizer
     settings = SessionSettings(tokenizer=load_tokenizer(str(MODELS_DIR / "pair2" / "target")), max_tokens=8,
                                fits=lambda req: True, timeout_s=5.0)
@@ -349,8 +349,8 @@ def test_a_concurrent_session_turn_is_under_load_only_when_the_candidate_alone_a
     seen = []
     monkeypatch.setattr("spec_route_suite.equivalence.agentic.judge", lambda *a, **k: seen.append(k["cause"]) or "x")
     ctx = dict(baseline=SimpleNamespace(name="baseline"), candidate=SimpleNamespace(name="cand"), findings=None)
-    _judge_transcripts(reference, actual, label="concurrent session turn", evidence=SimpleNamespace(add=lambda *a: 0),
-                       ctx=ctx, sent=[actual], alone=alone)
+    judge_transcripts(reference, actual, label="concurrent session turn", evidence=SimpleNamespace(add=lambda *a: 0),
+                      ctx=ctx, sent=[actual], alone=alone)
     assert seen == [cause]
 
 
