@@ -2,14 +2,14 @@
 
     python -m benchmarks.collapse_power [--draws 2000] [--sizes 8,16,24,32]
 
-Why: the warning (stressors/acceptance_collapse.py) judges the speed gate's greedy prompts alone against at 8 in
+Why: the warning (stressors/speed/collapse.py) judges the speed gate's greedy prompts alone against at 8 in
 flight, prompt by prompt. llama.cpp's EAGLE-3 collapse (docs/llama-cpp-findings.md F4) spares some prompts and
 varies from run to run: the CI run of 2026-12-05 measured 2.61 alone and 1.75 at 8 on its 8 prompts (6 lower, 2
 alike), the full-budget run 2.89 and 2.31 on 16 (7 lower, 9 alike), and the paired t-test the gate used then missed
 both (p = 0.022, 0.037); the speed gate alone at 24 prompts saw 6 and 3 prompts lower (12% and 7% pooled): F4
 reaches only the prompts whose drafts share a draft batch. How many prompts does the gate need? Each draw takes
 `size` prompts with replacement from a measured gate (each prompt's [drafting steps, accepted tokens] alone and at
-8 in flight, as the server's per-answer `timings` stated them; the gates are stressors/measured_speed_gates.toml,
+8 in flight, as the server's per-answer `timings` stated them; the gates are stressors/speed/measured_speed_gates.toml,
 with each gate's run and command, which tests/test_acceptance_collapse.py also decides as sent) and asks the
 suite's own `collapses` whether the level collapsed, at the run's default alpha. Measured pairs, not a model: the
 four F4 gates are the power; the same drafter with `--no-spec-draft-backend-sampling` and DFlash (one prompt of
@@ -21,8 +21,8 @@ import argparse
 import random
 
 from spec_route_suite.options import option
-from spec_route_suite.stressors.acceptance_collapse import collapses
-from spec_route_suite.stressors.measured_gates import gate_rows, measured_gates
+from spec_route_suite.stressors.speed.collapse import collapses
+from spec_route_suite.stressors.speed.measured_gates import gate_rows, measured_gates
 
 ALPHA = option("alpha").default
 MEASURED_GATES = measured_gates()

@@ -1,4 +1,4 @@
-"""How often the counters-based acceptance-under-load check (stressors/load_acceptance.py) sees a collapse per round.
+"""How often the counters-based acceptance-under-load check (stressors/speed/counters.py) sees a collapse per round.
 
     python -m benchmarks.load_acceptance_power --routes routes/llama-cpp-dflash.toml --candidates eagle3,eagle3_cpu_sampling --rounds 12
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from spec_route_suite.config import suite_config_from_options
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.session_graph import SessionGraph
-from spec_route_suite.stressors.acceptance_collapse import COLLAPSE_DROP
-from spec_route_suite.stressors.load_acceptance import ROUNDS, measure
-from spec_route_suite.stressors.speed import SPEED_PROMPTS, SPEED_TOKENS
+from spec_route_suite.stressors.speed.collapse import COLLAPSE_DROP
+from spec_route_suite.stressors.speed.counters import ROUNDS, measure
+from spec_route_suite.stressors.speed.gate import SPEED_PROMPTS, SPEED_TOKENS
 
 
 def main() -> None:

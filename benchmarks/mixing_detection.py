@@ -34,7 +34,7 @@ from spec_route_suite.session import RouteHandle  # noqa: E402
 from spec_route_suite.stressors.canary import build_workload, mean_latency, renderer, serial_references  # noqa: E402
 from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS  # noqa: E402
 from spec_route_suite.stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin  # noqa: E402
-from spec_route_suite.stressors.mixing import detect, probe_contexts  # noqa: E402
+from spec_route_suite.stressors.mixing.detect import detect, probe_contexts  # noqa: E402
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:

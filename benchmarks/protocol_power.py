@@ -3,7 +3,7 @@
     python -m benchmarks.protocol_power [--sims 4000] [--null-sims 20000] [--seed 0]
 
 Why: the motivating report is 7 of 100 answers flipped at concurrency 8, against 0 of 100 serially and none on the
-AR server. The reported protocol (stressors/reported_protocol.py) sends the same 100 requests at c=8 to the
+AR server. The reported protocol (stressors/accuracy/reported_protocol.py) sends the same 100 requests at c=8 to the
 candidate and to the AR server, charges the flips (answers right alone, wrong under load) beyond the AR server's by
 a one-sided Fisher test, and buys up to 3 more rounds of the same requests on both routes while the test cannot
 tell; the looks spend alpha unevenly (stressors/control.py `look_levels`: FIRST_LOOK_SHARE at the first look, the
@@ -26,7 +26,7 @@ import numpy as np
 
 from spec_route_suite.routes.base import Capabilities
 from spec_route_suite.stressors.control import Count, LoadControl, TopUp, look_levels, rounds_allowed
-from spec_route_suite.stressors.reported_protocol import MIN_RIGHT_ALONE, REQUESTS
+from spec_route_suite.stressors.accuracy.reported_protocol import MIN_RIGHT_ALONE, REQUESTS
 
 ALPHA = 0.01                     # the suite's default --alpha
 RATES = (0.04, 0.07, 0.10)       # flip rates of the candidate's right-alone answers; 0.07 is the report's

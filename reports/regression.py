@@ -9,12 +9,12 @@ differs is said and skipped, never compared:
   answer disagrees with its baseline it is the finding it already is, and is only counted here.
 - acceptance: greedy drafting is deterministic for a stateless drafter, so each answer's own counters compare prompt
   by prompt: the sign test over the prompts whose acceptance changed and the pooled drop threshold of the speed
-  gate's collapse warning (stressors/acceptance_collapse.py acceptance_shift), over all prompts and per prompt
+  gate's collapse warning (stressors/speed/collapse.py acceptance_shift), over all prompts and per prompt
   class, the run's alpha split by weight (half for all prompts, half shared by the classes). Within each, half of its
   share judges the mean and half is shared by the draft positions: a position whose per-prompt rates fall by the
   sign test and whose pooled rate falls by the drop threshold is a regression too (a drafter whose last positions
   degrade while the mean barely moves). Where answers state no counters (vLLM), the server's own
-  counters judge it: the controller's rounds on the idle server (stressors/load_acceptance.py: the same greedy
+  counters judge it: the controller's rounds on the idle server (stressors/speed/counters.py: the same greedy
   prompts, ROUNDS rounds one at a time and in company), each level's rounds against the previous run's by an exact
   one-sided rank-sum test (6 rounds against 6: p = 1/924 when every round fell) and the same pooled drop threshold,
   the run's alpha shared by the levels. Without such rounds in both runs the run-wide per-class profiles
@@ -36,7 +36,7 @@ from scipy.stats import mannwhitneyu
 
 from spec_route_suite.equivalence.greedy import first_divergence
 from spec_route_suite.reports.coverage import Gap
-from spec_route_suite.stressors.acceptance_collapse import COLLAPSE_DROP, acceptance_shift, sign_p
+from spec_route_suite.stressors.speed.collapse import COLLAPSE_DROP, acceptance_shift, sign_p
 
 REGRESSION_KIND = "acceptance regression"
 ALL_PROMPTS = "all prompts"

@@ -183,7 +183,7 @@ def evidence_gaps(collector: RunCollector, coverage, context: dict[str, Any], *,
 
 def load_acceptance_gaps(measurements: dict[str, Any], route: str | None = None) -> list[Gap]:
     """A candidate whose speed gate could not judge acceptance under load: its answers state no drafting and no
-    server counters were measured on the idle server (stressors/load_acceptance.py)."""
+    server counters were measured on the idle server (stressors/speed/counters.py)."""
     judged = {m["route"] for m in measurements.get("load_acceptance", []) if m.get("judged")}
     why_not = {m["route"]: m.get("why", "") for m in measurements.get("load_acceptance", []) if not m.get("judged")}
     gaps = []

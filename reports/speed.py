@@ -1,6 +1,6 @@
 """The speed gate in the report: per candidate, the speedup over its baseline at each load, as a table and a line.
 
-The numbers come from the route suite's `speed` measurements (stressors/speed.py: the same streamed workload
+The numbers come from the route suite's `speed` measurements (stressors/speed/gate.py: the same streamed workload
 through the load driver on both routes at each concurrency level). Reported beside the verdict, never part
 of it; the machine's load average stands beside every level because a shared CPU bends every number. Each
 quantity's unit is stated once here (Quantity): summary.md's table and report.html's charts both read it, so a

@@ -2,7 +2,7 @@
 
 Why here: like the class phases (class_phases.py), a vLLM server's counters count every request it serves, so the
 speed gate defers such a route (a `load_acceptance_deferred` measurement) and the controller, at session finish and
-before it stops the servers it started, runs stressors/load_acceptance.py on the idle server: a `load_acceptance`
+before it stops the servers it started, runs stressors/speed/counters.py on the idle server: a `load_acceptance`
 measurement per route, and the collapse warning when a loaded round's acceptance fell COLLAPSE_DROP below every
 one-at-a-time round. A route that cannot be reached then, or whose counters never moved at a level, is measured as
 not judged, with the reason (a named gap, never acceptance that held). Environment: none.
@@ -21,8 +21,8 @@ def run_load_phases(suite: SuiteConfig, collector, log: Callable[[str], None]) -
     if not deferred:
         return
     from spec_route_suite.session_graph import SessionGraph
-    from spec_route_suite.stressors.load_acceptance import (collapse_finding, collapsed_levels, measure,
-                                                            prompts_digest, unjudged)
+    from spec_route_suite.stressors.speed.counters import (collapse_finding, collapsed_levels, measure, prompts_digest,
+                                                           unjudged)
     specs = [s for s in suite.routes.candidates if s.name in deferred]
     graph = SessionGraph(suite, specs=specs)
     try:

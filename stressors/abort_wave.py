@@ -23,7 +23,7 @@ from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
 from spec_route_suite.stressors.driver import (LoadRun, Submission, burst, failure_details, failure_finding, plan,
                                                round_robin)
-from spec_route_suite.stressors.mixing import MixingReport, detect
+from spec_route_suite.stressors.mixing.detect import MixingReport, detect
 from spec_route_suite.stressors.pair import CanaryStressor
 from spec_route_suite.stressors.windows import window_steps
 

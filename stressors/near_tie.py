@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spec_route_suite.stressors.mixing import classify_mismatch
+from spec_route_suite.stressors.mixing.detect import classify_mismatch
 
 
 @dataclass(frozen=True)

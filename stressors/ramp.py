@@ -16,7 +16,7 @@ from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
 from spec_route_suite.stressors.driver import Budget, burst, failure_finding, plan
 from spec_route_suite.stressors.pair import CanaryStressor
-from spec_route_suite.stressors.pressure import stated_slots
+from spec_route_suite.stressors.kv_pressure.pressure import stated_slots
 
 CHECK = "batch-ramp"
 COULD = "a greedy output that changes at some batch size (padding rows, a batch-size threshold), or a crash there"

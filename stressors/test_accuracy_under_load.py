@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.stressors.accuracy_load import AccuracyUnderLoad
+from spec_route_suite.stressors.accuracy.load import AccuracyUnderLoad
 from spec_route_suite.stressors.pair import LoadPair
 
 pytestmark = pytest.mark.check("accuracy")

@@ -1,6 +1,6 @@
 """Agent sessions under load (check family "agentic"): concurrent sessions, a check conversation, burst then single.
 
-One protocol per candidate (stressors/sessions.py), judged in three parts:
+One protocol per candidate (stressors/agentic/sessions.py), judged in three parts:
 - sessions: SESSIONS multi-turn agent sessions (question, tool call, tool result, answer; two questions
   each) run all at once on the candidate; every turn must equal the baseline's turn of the same session
   run serially, while their conversations agree (equivalence/agentic.py judges each pair); a turn that also
@@ -21,8 +21,8 @@ import pytest
 
 from spec_route_suite.equivalence import agentic
 from spec_route_suite.prompts.agentic import check_plan, single_plan
-from spec_route_suite.stressors.agent_protocol import (SESSIONS, begin, candidate_transcripts, fail_on,
-                                                       judge_transcripts)
+from spec_route_suite.stressors.agentic.protocol import (SESSIONS, begin, candidate_transcripts, fail_on,
+                                                         judge_transcripts)
 
 pytestmark = pytest.mark.check("agentic")   # a literal: tests/mutation.py finds a family's modules by it
 

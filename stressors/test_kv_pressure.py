@@ -1,4 +1,4 @@
-"""KV pressure (stressors/pressure.py): outputs of preempted requests equal their serial references.
+"""KV pressure (stressors/kv_pressure/pressure.py): outputs of preempted requests equal their serial references.
 
 A burst of short-prompt, long-output greedy requests (ignore_eos) at the run's highest concurrency level,
 sized to offer more KV tokens than the engine's pool holds. Every answer must equal the same request served
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from spec_route_suite.prompts.prompt_set import prompt_pool
-from spec_route_suite.stressors.kv_burst import CHECK, COULD, SERIAL, KvBurst, pressure_plan, short_prompts
+from spec_route_suite.stressors.kv_pressure.burst import CHECK, COULD, SERIAL, KvBurst, pressure_plan, short_prompts
 from spec_route_suite.stressors.pair import LoadPair
 
 pytestmark = pytest.mark.check("kv-pressure")

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.stressors.mixing_load import MixingLoad
-from spec_route_suite.stressors.mixing_verdict import MixingVerdict
+from spec_route_suite.stressors.mixing.load import MixingLoad
+from spec_route_suite.stressors.mixing.verdict import MixingVerdict
 from spec_route_suite.stressors.pair import LoadPair
 
 pytestmark = pytest.mark.check("mixing")

@@ -1,6 +1,6 @@
 """The motivating report's protocol, by name: the same 100 chat requests serially, at concurrency 8, and on the AR
 baseline under the same load; each wrong answer attributed to the request whose context it answered
-(stressors/reported_protocol.py)."""
+(stressors/accuracy/reported_protocol.py)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from spec_route_suite.stressors.pair import LoadPair
 from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.canary import fitting_chats, serial_references
-from spec_route_suite.stressors.reported_protocol import ReportedProtocol, protocol_workload
+from spec_route_suite.stressors.accuracy.reported_protocol import ReportedProtocol, protocol_workload
 
 pytestmark = pytest.mark.check("accuracy")
 

@@ -1,10 +1,10 @@
 """The speed gate: the baseline and the candidate stream the same fixed workload at each concurrency level.
 
-Measured, not judged (stressors/speed.py): the test carries no check family, so it never changes a coverage row;
+Measured, not judged (stressors/speed/gate.py): the test carries no check family, so it never changes a coverage row;
 its `speed` measurement becomes the report's speed table and plots. One thing it does judge: greedy prompts that
-accept far fewer drafts beside others than alone (stressors/acceptance_collapse.py) are a warning on the
+accept far fewer drafts beside others than alone (stressors/speed/collapse.py) are a warning on the
 candidate. Where answers state no drafting but the server counts it (vLLM), the same judgement is deferred to the
-controller on the idle server (stressors/load_acceptance.py). The baseline's levels are measured once per worker and
+controller on the idle server (stressors/speed/counters.py). The baseline's levels are measured once per worker and
 reused for every candidate on that worker.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 
 from spec_route_suite.equivalence.lean import pick_lean
 from spec_route_suite.prompts.prompt_set import run_prompts
-from spec_route_suite.stressors.acceptance_collapse import collapse_findings
-from spec_route_suite.stressors.speed import (SPEED_PROMPTS, SPEED_TOKENS, defer_to_the_idle_server, measure_level,
-                                             route_slots, speed_levels, speedups, warm_up)
+from spec_route_suite.stressors.speed.collapse import collapse_findings
+from spec_route_suite.stressors.speed.gate import (SPEED_PROMPTS, SPEED_TOKENS, defer_to_the_idle_server, measure_level,
+                                                   route_slots, speed_levels, speedups, warm_up)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Task accuracy on the user's prompts (check family "task-accuracy"): right alone must stay right under load.
 
-With `--prompts`, every prompt of the run is a task judged by its scorer (stressors/scorers.py: GSM8K's final
+With `--prompts`, every prompt of the run is a task judged by its scorer (stressors/tasks/scorers.py: GSM8K's final
 number, a traffic row's answer, MT-Bench turn parity with the baseline, code parity or, with execute=true, its
 tests). Each is answered serially by both routes, then sent again at every load level the stressors use; the
 report gets the motivating bug's sentence per level ("x wrong of n at c=8 (Fisher p vs serial), y wrong of n
@@ -19,7 +19,7 @@ from spec_route_suite.prompts.prompt_set import prompt_set
 from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.control import record
 from spec_route_suite.stressors.pair import LoadPair
-from spec_route_suite.stressors.task_load import CHECK, COULD_DETECT, TaskAccuracyRun
+from spec_route_suite.stressors.tasks.load import CHECK, COULD_DETECT, TaskAccuracyRun
 
 pytestmark = pytest.mark.check("task-accuracy")
 NO_TASKS = ("not run: no --prompts, so the run has no task prompts of the user's (the fixture corpus's task accuracy "

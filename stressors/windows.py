@@ -3,7 +3,7 @@
 Why: "3 of 640 outputs changed under load" cannot be replayed; the failing request and its company can. The
 window is the victim and every request whose time in flight overlapped it (at most WINDOW, nearest first),
 with their original arrival gaps and hang-ups: the shrunk schedule of the stressors that have no shrinker
-of their own (stressors/mixing_verdict.py shrinks its window further). The repro script sends each request
+of their own (stressors/mixing/verdict.py shrinks its window further). The repro script sends each request
 alone, then the window concurrently, and compares (reports/repro_judges.py, judge "load").
 Environment: none.
 """

@@ -1,4 +1,4 @@
-"""The speed gate's acceptance-collapse warning (stressors/acceptance_collapse.py), from answers as the load driver
+"""The speed gate's acceptance-collapse warning (stressors/speed/collapse.py), from answers as the load driver
 returns them: the same greedy prompts at 1 and at 8 in flight, each answer stating its own drafting.
 
 Proven both ways at the gate's budget (SPEED_PROMPTS = 24 prompts, one answer each per level): a drafter that
@@ -6,8 +6,8 @@ accepts the same alone and in company (or wobbles on a near-tie here and there, 
 passes; one that loses a third of its acceptance on every prompt in company (llama.cpp's draft-eagle3 with backend
 sampling, docs/llama-cpp-findings.md F4) is a warning naming the level, both lengths and the test; so is one whose
 collapse leaves some prompts unchanged, as F4 does. The speed gates llama.cpp gave on 2026-12-05
-(stressors/measured_speed_gates.toml, each with its run and command; benchmarks/collapse_power.py resamples them for
-the warning's power) decide as the file expects: F4 in the full run is a warning; its 8-prompt CI gate is not (the
+(stressors/speed/measured_speed_gates.toml, each with its run and command; benchmarks/collapse_power.py resamples them
+for the warning's power) decide as the file expects: F4 in the full run is a warning; its 8-prompt CI gate is not (the
 same collapse three times over, a synthetic 24-prompt gate, is); the two real 24-prompt gates, where F4 reached only
 6 and 3 prompts, are known misses, pinned with that reason; the clean drafters are not.
 """
@@ -19,10 +19,10 @@ import pytest
 
 from spec_route_suite.options import option
 from spec_route_suite.routes.base import Completion
-from spec_route_suite.stressors.acceptance_collapse import COLLAPSE_DROP, collapse_findings, collapses
+from spec_route_suite.stressors.speed.collapse import COLLAPSE_DROP, collapse_findings, collapses
 from spec_route_suite.stressors.driver import LoadRun, Outcome
-from spec_route_suite.stressors.measured_gates import CLEAN, KNOWN_MISS, WARNING, gate_rows, measured_gates
-from spec_route_suite.stressors.speed import SPEED_PROMPTS, summarize
+from spec_route_suite.stressors.speed.measured_gates import CLEAN, KNOWN_MISS, WARNING, gate_rows, measured_gates
+from spec_route_suite.stressors.speed.gate import SPEED_PROMPTS, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 ALPHA = option("alpha").default   # the run's default

@@ -15,8 +15,8 @@ import pytest
 from spec_route_suite.prompts.agentic import session_plans
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.routes.errors import RouteDisconnected
-from spec_route_suite.stressors.sessions import SessionSettings, run_session
-from spec_route_suite.stressors.agent_protocol import judge_transcripts
+from spec_route_suite.stressors.agentic.sessions import SessionSettings, run_session
+from spec_route_suite.stressors.agentic.protocol import judge_transcripts
 from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.embedded import MODELS_DIR
 

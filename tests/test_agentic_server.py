@@ -20,7 +20,7 @@ from spec_route_suite.tokenizers import load_tokenizer
 from spec_route_suite.routes.registry import build_route
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.servers.inprocess import serve_in_thread
-from spec_route_suite.stressors.sessions import SessionSettings, run_session
+from spec_route_suite.stressors.agentic.sessions import SessionSettings, run_session
 
 TARGET, DRAFT = PAIR2_DIR / "target", PAIR2_DIR / "draft"
 ENGINE = f"reference:{TARGET}?draft={DRAFT}"

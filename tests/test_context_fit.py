@@ -26,7 +26,7 @@ from spec_route_suite.routes.spec import ConfigError, parse_route_uri, spec_from
 from spec_route_suite.servers.inprocess import build_engine, make_server
 from spec_route_suite.stressors.canary import (FILLERS, SHARED_TURNS, WorkloadDoesNotFit, build_workload,
                                                longest_question, renderer)
-from spec_route_suite.stressors.mixing import context_probe_request
+from spec_route_suite.stressors.mixing.detect import context_probe_request
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_CONTEXT = 192

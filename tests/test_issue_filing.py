@@ -338,8 +338,8 @@ def test_a_concurrent_session_turn_is_under_load_only_when_the_candidate_alone_a
     from types import SimpleNamespace
     from spec_route_suite.embedded import MODELS_DIR
     from spec_route_suite.prompts.agentic import session_plans
-    from spec_route_suite.stressors.sessions import SessionSettings, run_session
-    from spec_route_suite.stressors.agent_protocol import judge_transcripts
+    from spec_route_suite.stressors.agentic.sessions import SessionSettings, run_session
+    from spec_route_suite.stressors.agentic.protocol import judge_transcripts
     from spec_route_suite.tokenizers import load_tokenizer
     settings = SessionSettings(tokenizer=load_tokenizer(str(MODELS_DIR / "pair2" / "target")), max_tokens=8,
                                fits=lambda req: True, timeout_s=5.0)

@@ -257,13 +257,14 @@ def test_the_rules_see_an_upward_import_a_loop_in_a_function_and_an_adapter_impo
         "spec_route_suite.equivalence.stats.warp": "X = 1\n",
         "spec_route_suite.prompts.render": "from spec_route_suite.prompts.encode import f\n",
         "spec_route_suite.prompts.encode": "def f():\n    from .render import g\n",
-        "spec_route_suite.stressors.mixing": "def h():\n    from spec_route_suite.routes.wire.hf import HFRoute\n",
+        "spec_route_suite.stressors.mixing.detect": "def h():\n    from spec_route_suite.routes.wire.hf import HFRoute\n",
         "spec_route_suite.routes.wire.hf": "HFRoute = object\n",
     })
     assert upward(edges) == ["spec_route_suite.routes.synthetic (routes) imports "
                              "spec_route_suite.equivalence.stats.warp (checks) at line 1"]
     assert loops(edges) == [["spec_route_suite.prompts.encode", "spec_route_suite.prompts.render"]]
-    assert adapter_imports(edges) == ["spec_route_suite.stressors.mixing imports spec_route_suite.routes.wire.hf at line 2"]
+    assert adapter_imports(edges) == [
+        "spec_route_suite.stressors.mixing.detect imports spec_route_suite.routes.wire.hf at line 2"]
 
 
 def test_the_probe_scan_sees_getattr_on_a_route(tmp_path):

@@ -1,7 +1,7 @@
 """Acceptance under load from counters, where answers state no drafting (issue #42 item 3).
 
-Why: on vLLM the speed gate's prompt-by-prompt collapse check (acceptance_collapse.py) had nothing to read, so a
-candidate whose acceptance halved at 8 in flight could read ADOPT. stressors/load_acceptance.py measures the same
+Why: on vLLM the speed gate's prompt-by-prompt collapse check (stressors/speed/collapse.py) had nothing to read, so a
+candidate whose acceptance halved at 8 in flight could read ADOPT. stressors/speed/counters.py measures the same
 greedy prompts one at a time and in company from the route's counters in alternating rounds, on the idle server
 (the controller's phase). Proven both ways on stand-in routes whose counters drop with the load (always, or in
 some rounds only, like llama.cpp's F4) and on one whose counters do not; a candidate with neither per-answer nor
@@ -20,8 +20,8 @@ from spec_route_suite.reports.run_report import load_acceptance_gaps
 from spec_route_suite.routes.base import AcceptanceSnapshot, Capabilities, Completion, Request, Route
 from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.session import RouteHandle
-from spec_route_suite.stressors.load_acceptance import (LevelRound, collapse_finding, collapsed_levels, measure,
-                                                        unjudged)
+from spec_route_suite.stressors.speed.counters import (LevelRound, collapse_finding, collapsed_levels, measure,
+                                                       unjudged)
 from tests.mutation import ROOT
 from tests.test_route_hangs import fast  # noqa: F401 (a fixture)
 

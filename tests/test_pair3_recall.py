@@ -1,6 +1,6 @@
 """The committed third-pair target copies facts from its context, as the stressors' canary conversations need.
 
-The flagship check (stressors/reported_protocol.py, accuracy under load) can only see answers turn wrong under
+The flagship check (stressors/accuracy/reported_protocol.py, accuracy under load) can only see answers turn wrong under
 load when the target answers them right alone. These pin the committed target's canary recall on 20 chat
 conversations of two workload seeds (spec_route_suite/training/canary_recall.py: the canary workload, the tokenizer's own
 chat template, greedy, 48 new tokens, the content after `</think>` scored), at the level the recall stage of

@@ -182,7 +182,7 @@ STEADY = [2.90, 2.91, 2.90, 2.89, 2.90, 2.91]
 
 
 def test_answers_without_counters_are_judged_by_the_servers_counter_rounds():
-    """vLLM's answers state no drafting; the controller's rounds on the idle server (stressors/load_acceptance.py)
+    """vLLM's answers state no drafting; the controller's rounds on the idle server (stressors/speed/counters.py)
     are the evidence. Proven both ways: acceptance 2.9 -> 2.2 in company in every round is a regression of the
     8-in-flight level naming both versions, one at a time unchanged; the same rounds with a near-tie wobble are not;
     rounds over other prompts are not compared."""

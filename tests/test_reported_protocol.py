@@ -1,4 +1,4 @@
-"""The motivating report's protocol as a check (stressors/reported_protocol.py): the same 100 chat requests
+"""The motivating report's protocol as a check (stressors/accuracy/reported_protocol.py): the same 100 chat requests
 serially and at concurrency 8, and the AR baseline under the same load. Proven both ways at one budget on the
 reference engine: the correct engine passes; behind `plant=cross-context@P` (a share of the requests in flight
 answered in another request's context) it fails, and every wrong answer it attributes names the request the plant
@@ -12,7 +12,7 @@ from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS
 from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.pair import LoadPair
-from spec_route_suite.stressors.reported_protocol import CONCURRENCY, PART, REQUESTS, ReportedProtocol
+from spec_route_suite.stressors.accuracy.reported_protocol import CONCURRENCY, PART, REQUESTS, ReportedProtocol
 from tests.test_greedy_routes import Sink, handle, reference_route, tokenizer
 
 RATE = 0.05   # 100 requests at c=8: about 5 moved ones; 1% is measured at the DFlash presets' CI budget (docs/)

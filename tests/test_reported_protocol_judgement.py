@@ -30,7 +30,7 @@ from spec_route_suite.routes.base import Completion, Request, RouteWrapper
 from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.control import MAX_ROUNDS, Count, LoadComparison, LoadControl
 from spec_route_suite.stressors.pair import LoadPair
-from spec_route_suite.stressors.reported_protocol import CONCURRENCY, PART, REQUESTS, ReportedProtocol
+from spec_route_suite.stressors.accuracy.reported_protocol import CONCURRENCY, PART, REQUESTS, ReportedProtocol
 from test_greedy_routes import Sink, handle
 from test_stressors_fakes import EOS_ID, CharTokenizer, OracleRoute
 
@@ -161,7 +161,7 @@ def test_too_few_answers_right_alone_read_not_verified_weakly(prompts, right_alo
     _, sink, _, _ = run_protocol(workload, KnownAnswers(OracleRoute(name="candidate"), wrong_alone=ids[60:]),
                                  KnownAnswers(OracleRoute(name="ar"), wrong_alone=ids[60:]))
     assert part_row(sink)["verified"], part_row(sink)
-    from spec_route_suite.stressors.reported_protocol import MIN_RIGHT_ALONE
+    from spec_route_suite.stressors.accuracy.reported_protocol import MIN_RIGHT_ALONE
     assert right_alone < MIN_RIGHT_ALONE <= 60
 
 

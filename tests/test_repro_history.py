@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.reports.repro import _requests, _shrunk, render_curl
 from spec_route_suite.reports.repro_spec import parity_repro
-from spec_route_suite.stressors.sessions import Transcript, Turn, history_before
+from spec_route_suite.stressors.agentic.sessions import Transcript, Turn, history_before
 
 
 def _req(name: str) -> Request:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.reports.speed import speed_table
 from spec_route_suite.stressors.driver import LoadRun, Outcome
-from spec_route_suite.stressors.speed import summarize
+from spec_route_suite.stressors.speed.gate import summarize
 
 
 def _outcome(name: str, event_times: tuple[float, ...], wait_s: float) -> Outcome:

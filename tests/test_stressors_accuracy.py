@@ -7,7 +7,7 @@ from math import comb
 
 import pytest
 
-from spec_route_suite.stressors.accuracy import Tally, fisher_p, flips, sentence, tally
+from spec_route_suite.stressors.accuracy.tally import Tally, fisher_p, flips, sentence, tally
 from spec_route_suite.stressors.canary import WorkItem, answer_correct, build_workload, mentions, serial_references
 from spec_route_suite.stressors.driver import burst, drive, plan, round_robin
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute

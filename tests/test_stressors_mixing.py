@@ -10,8 +10,8 @@ from spec_route_suite.routes.base import Completion
 from spec_route_suite.embedded import corpus
 from spec_route_suite.stressors.canary import build_workload, canary_question, renderer, serial_references
 from spec_route_suite.stressors.driver import Outcome, burst, drive, mixed_arrivals, plan, round_robin
-from spec_route_suite.stressors.mixing import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED, detect, edit_distances,
-                              probe_contexts, untrusted_references)
+from spec_route_suite.stressors.mixing.detect import (CONTEXT_PROBE, FOREIGN_ANSWER, FOREIGN_CANARY, UNATTRIBUTED,
+                                                      detect, edit_distances, probe_contexts, untrusted_references)
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute
 
 

@@ -18,7 +18,7 @@ from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.control import LoadControl
 from spec_route_suite.stressors.driver import budget_for
 from spec_route_suite.stressors.near_tie import NearTiePolicy
-from spec_route_suite.stressors.pressure import plan_pressure
+from spec_route_suite.stressors.kv_pressure.pressure import plan_pressure
 from spec_route_suite.stressors.ramp import ramp_sizes
 from tests.test_greedy_routes import (FixedCalibration, Sink, baseline_handle, fitted_prompts, handle, reference_route,
                                       tokenizer)

@@ -25,7 +25,7 @@ from spec_route_suite.session import RouteHandle
 from spec_route_suite.stressors.canary import build_workload, mean_latency, renderer, serial_references
 from spec_route_suite.stressors.conftest import STRESS_MAX_TOKENS
 from spec_route_suite.stressors.driver import BATCHED_DEFAULT, drive_handle, mixed_load, round_robin
-from spec_route_suite.stressors.mixing import CONTEXT_PROBE, FOREIGN_CANARY, detect, probe_contexts
+from spec_route_suite.stressors.mixing.detect import CONTEXT_PROBE, FOREIGN_CANARY, detect, probe_contexts
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINED = all((d / "model.safetensors").exists() for d in (TARGET_DIR, DRAFT_DIR))

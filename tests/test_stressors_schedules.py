@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, find, given, settings
 from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.stressors.canary import build_workload, serial_references
 from spec_route_suite.stressors.driver import drive
-from spec_route_suite.stressors.mixing import detect
+from spec_route_suite.stressors.mixing.detect import detect
 from spec_route_suite.stressors.replay import replay_script, route_uri
 from spec_route_suite.stressors.schedules import Schedule, Step, batch_mixes, schedules, shrink, window_schedule
 from test_stressors_fakes import CharTokenizer, MixingRoute, OracleRoute, oracle_answer

@@ -21,10 +21,10 @@ from spec_route_suite.routes.loop import BackgroundLoop
 from spec_route_suite.routes.wrappers.planted import PlantedDivergenceRoute, parse_plant
 from spec_route_suite.routes.spec import parse_route_uri
 from spec_route_suite.session import RouteHandle
-from spec_route_suite.stressors.code_exec import passes
+from spec_route_suite.stressors.tasks.code_exec import passes
 from spec_route_suite.stressors.driver import burst, drive_handle, plan
-from spec_route_suite.stressors.scorers import code_of, final_number, gold_right, same_answer
-from spec_route_suite.stressors.task_accuracy import Judge, task_flips, task_items, tally
+from spec_route_suite.stressors.tasks.scorers import code_of, final_number, gold_right, same_answer
+from spec_route_suite.stressors.tasks.accuracy import Judge, task_flips, task_items, tally
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32

@@ -2,7 +2,7 @@
 
 Why: the user-visible form of a speculation bug is a task answer that turns wrong ("GSM8K 95.7% -> 1.1% with
 MTP", vllm#46834; "7 wrong of 100 at concurrency 8, 0 of 100 serially", sglang#36548). Each of the user's
-prompts is a task item judged by its record's scorer (stressors/scorers.py); a multi-turn prompt (MT-Bench)
+prompts is a task item judged by its record's scorer (stressors/tasks/scorers.py); a multi-turn prompt (MT-Bench)
 is one item per turn, each later turn built on the baseline's serial answer to the turn before, so both
 routes answer identical conversations. Turn 1 is the greedy check's very request (its answers are reused
 where the same worker already has them).
@@ -16,9 +16,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 from spec_route_suite.equivalence.chat import next_turn
 from spec_route_suite.prompts.records import PromptRecord
 from spec_route_suite.routes.base import Completion, Request
-from spec_route_suite.stressors.accuracy import Tally
-from spec_route_suite.stressors.code_exec import passes
-from spec_route_suite.stressors.scorers import CODE, code_of, gold_right, needs_reference, same_answer
+from spec_route_suite.stressors.accuracy.tally import Tally
+from spec_route_suite.stressors.tasks.code_exec import passes
+from spec_route_suite.stressors.tasks.scorers import CODE, code_of, gold_right, needs_reference, same_answer
 
 
 @dataclass(frozen=True)

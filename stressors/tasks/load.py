@@ -1,6 +1,6 @@
 """Task accuracy of the user's prompts under load (check family "task-accuracy"): the run and its verdict.
 
-The items, judge and tallies are stressors/task_accuracy.py's; here each task is answered serially by both
+The items, judge and tallies are stressors/tasks/accuracy.py's; here each task is answered serially by both
 routes, a seeded sample of them (within the stressors' budget) is sent at every load level on the candidate
 and on the baseline (stressors/control.py), and the tallies become the report's sentence, per level and per
 source, with each task's outcome under its class. Environment: none.
@@ -11,13 +11,13 @@ import random
 from dataclasses import dataclass, field
 
 from spec_route_suite.reports.findings import Finding
-from spec_route_suite.stressors.accuracy import Tally, fisher_p, sentence
+from spec_route_suite.stressors.accuracy.tally import Tally, fisher_p, sentence
 from spec_route_suite.stressors.canary import mean_latency
 from spec_route_suite.stressors.control import Count, LoadComparison, LoadControl, resend
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.driver import burst, drive_handle, failure_finding, plan, round_robin
 from spec_route_suite.stressors.pair import LoadPair
-from spec_route_suite.stressors.task_accuracy import Judge, by_source, task_flips, task_items, tally
+from spec_route_suite.stressors.tasks.accuracy import Judge, by_source, task_flips, task_items, tally
 
 CHECK = "task-accuracy"
 COULD_DETECT = "a task answer right alone that turns wrong under load; accuracy below the baseline's"

@@ -1,6 +1,6 @@
 """The KV-pressure burst (check family "kv-pressure"): its plan, its run on both routes, and its verdict.
 
-The sizing rules are stressors/pressure.py's; here the shortest prompts of the run are sent many times at
+The sizing rules are stressors/kv_pressure/pressure.py's; here the shortest prompts of the run are sent many times at
 once with long answers (ignore_eos), each compared with the same request alone, the engine's preemption
 counter read around the burst, and the same burst run on the baseline when it batches. Environment: none.
 """
@@ -16,8 +16,8 @@ from spec_route_suite.stressors.control import LoadComparison, LoadControl, diff
 from spec_route_suite.stressors.coverage import LoadWitness
 from spec_route_suite.stressors.driver import LoadRun, burst, drive_handle, failure_finding, plan, round_robin
 from spec_route_suite.stressors.pair import LoadPair
-from spec_route_suite.stressors.pressure import (SHORT_PROMPTS, PreemptionCounter, PressurePlan, kv_capacity,
-                                                 plan_pressure, stated_slots)
+from spec_route_suite.stressors.kv_pressure.pressure import (SHORT_PROMPTS, PreemptionCounter, PressurePlan,
+                                                             kv_capacity, plan_pressure, stated_slots)
 from spec_route_suite.stressors.windows import LoadRuns
 
 CHECK = "kv-pressure"

@@ -3,9 +3,9 @@
 At every configured concurrency level above 1 the canary pool is cycled through mixed arrivals (closed-loop
 bursts and Poisson segments, stressors/driver.py), on the candidate and, when it batches, on the baseline
 (stressors/control.py); each run's mismatches with the route's own serial references are attributed
-(stressors/mixing.py: foreign canary, foreign answer, answer in another context). What the run shows before
+(stressors/mixing/detect.py: foreign canary, foreign answer, answer in another context). What the run shows before
 any verdict (answers stopped early, serial references that cannot be trusted) is reported here; the verdict
-is stressors/mixing_verdict.py's. Environment: none.
+is stressors/mixing/verdict.py's. Environment: none.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from spec_route_suite.routes.textlevel import is_text_level, level_details, titl
 from spec_route_suite.stressors.canary import mean_latency, renderer
 from spec_route_suite.stressors.control import NO_LOAD_CONTROL, Count, TopUp, fresh
 from spec_route_suite.stressors.driver import LoadRun, drive_handle, failure_finding, mixed_load, round_robin
-from spec_route_suite.stressors.mixing import MixingReport, detect, merge, probe_contexts, untrusted_references
+from spec_route_suite.stressors.mixing.detect import MixingReport, detect, merge, probe_contexts, untrusted_references
 from spec_route_suite.stressors.pair import CanaryStressor
 from spec_route_suite.stressors.suspicious import early_stops
 

@@ -18,7 +18,7 @@ from scipy.stats import binomtest, fisher_exact
 from spec_route_suite.routes.base import Completion
 from spec_route_suite.stressors.canary import Workload, answer_correct
 from spec_route_suite.stressors.driver import Outcome
-from spec_route_suite.stressors.mixing import Attribution, attribute, reliable_canaries
+from spec_route_suite.stressors.mixing.detect import Attribution, attribute, reliable_canaries
 
 
 @dataclass(frozen=True)

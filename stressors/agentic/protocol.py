@@ -15,8 +15,8 @@ from spec_route_suite.equivalence import agentic
 from spec_route_suite.prompts.agentic import check_plan, session_plans, single_plan
 from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.stressors.coverage import LoadWitness
-from spec_route_suite.stressors.sessions import (SessionSettings, Transcript, as_load_run, history_before,
-                                                 paired_turns, run_serially, run_session, run_together)
+from spec_route_suite.stressors.agentic.sessions import (SessionSettings, Transcript, as_load_run, history_before,
+                                                         paired_turns, run_serially, run_session, run_together)
 
 SESSIONS = 6
 MAX_TOKENS = 64

@@ -14,8 +14,8 @@ from spec_route_suite.reports.findings import UNDER_LOAD, Finding
 from spec_route_suite.reports.repro_spec import load_repro
 from spec_route_suite.stressors.control import Count, LoadComparison, record
 from spec_route_suite.stressors.driver import drive_handle
-from spec_route_suite.stressors.mixing import MixingReport
-from spec_route_suite.stressors.mixing_load import CHECK, MixingLoad
+from spec_route_suite.stressors.mixing.detect import MixingReport
+from spec_route_suite.stressors.mixing.load import CHECK, MixingLoad
 from spec_route_suite.stressors.replay import replay_script
 from spec_route_suite.stressors.schedules import Schedule, shrink, window_schedule
 

@@ -86,7 +86,7 @@ def summarize(run: LoadRun) -> dict[str, Any]:
                 decode.append(n / waited)
     stated = [o for o in run.completed if o.completion.draft_steps]
     by_prompt: dict[str, list[int]] = {}   # (steps, accepted) per prompt, its copies pooled: the collapse check
-    for o in stated:                       # (acceptance_collapse.py) compares prompt by prompt
+    for o in stated:                       # (stressors/speed/collapse.py) compares prompt by prompt
         pooled = by_prompt.setdefault(o.key, [0, 0])
         pooled[0] += o.completion.draft_steps
         pooled[1] += o.completion.accepted_tokens or 0

@@ -8,7 +8,7 @@ accuracy, the number a maintainer compares. Each prompt record names its scorer 
 - parity (MT-Bench turns, prompts without an answer): there is no judge model, so the answer must be the
   baseline's own, token for token (a near-tie under --greedy-policy classify counts as equal);
 - code (HumanEval, MBPP): the code answer (a fenced block, or the prompt plus its continuation) equal to the
-  baseline's; with execute=true on the source, the record's tests run on it instead (stressors/code_exec.py).
+  baseline's; with execute=true on the source, the record's tests run on it instead (stressors/tasks/code_exec.py).
 Environment: none.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Acceptance under load from a server's own counters, where answers do not state their drafting (vLLM).
 
-Why: the speed gate judges acceptance that collapses with the load prompt by prompt (acceptance_collapse.py), from
+Why: the speed gate judges acceptance that collapses with the load prompt by prompt (stressors/speed/collapse.py), from
 each answer's own drafting counters; an engine whose answers state none (vLLM) left the check silent, so a
 candidate whose acceptance halves at 8 in flight could read ADOPT. Its server's cumulative counters count every
 request, so while the run's tests share the server a level's difference is anybody's; on the idle server after
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.routes.base import AcceptanceSnapshot, Request
-from spec_route_suite.stressors.acceptance_collapse import COLLAPSE_DROP
+from spec_route_suite.stressors.speed.collapse import COLLAPSE_DROP
 from spec_route_suite.stressors.driver import burst, drive_handle, plan
 
 ROUNDS = 6

@@ -1,6 +1,6 @@
 """Accuracy under load (check family "accuracy"): the canary pool's answers, tallied serially and at each level.
 
-The tallies and flips are stressors/accuracy.py's; here the pool is sent as one burst per concurrency level,
+The tallies and flips are stressors/accuracy/tally.py's; here the pool is sent as one burst per concurrency level,
 each answer right alone and wrong under load is attributed (where its answer seems to come from, by context
 probes on the candidate), and the same bursts run on the baseline (stressors/control.py). Environment: none.
 """
@@ -10,11 +10,11 @@ import random
 from dataclasses import dataclass, field, replace
 
 from spec_route_suite.reports.findings import UNDER_LOAD, Finding
-from spec_route_suite.stressors.accuracy import Tally, fisher_p, flips, sentence, tally
+from spec_route_suite.stressors.accuracy.tally import Tally, fisher_p, flips, sentence, tally
 from spec_route_suite.stressors.canary import mean_latency, renderer
 from spec_route_suite.stressors.control import Count, LoadComparison, record, resend
 from spec_route_suite.stressors.driver import burst, failure_finding, plan, round_robin
-from spec_route_suite.stressors.mixing import MixingReport, probe_contexts
+from spec_route_suite.stressors.mixing.detect import MixingReport, probe_contexts
 from spec_route_suite.stressors.pair import CanaryStressor
 
 CHECK = "accuracy"

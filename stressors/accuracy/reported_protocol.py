@@ -4,11 +4,11 @@ attributed to the request whose context it answered.
 
 Why: "7 wrong answers of 100 at concurrency 8, 0 of 100 serially, 0 of 304 with speculation off" (sglang#36548,
 Qwen3.8-27B with DFlash 2 on SGLang) is how the bug reached its maintainers; a user deciding about such a route
-compares this check's sentence with theirs, number for number. The accuracy stressor (accuracy_load.py) judges the
-whole canary pool at every load level; this one fixes the report's shape: 100 conversations, all chat requests (the
-server's template builds them), every one asking for a fact only its own context holds, so a wrong answer in
-another conversation's context names its source. It reuses the accuracy stressor's tallies, attribution and load
-control. It judges two kinds of wrong answer apart, and its sentence reports them apart:
+compares this check's sentence with theirs, number for number. The accuracy stressor (stressors/accuracy/load.py)
+judges the whole canary pool at every load level; this one fixes the report's shape: 100 conversations, all chat
+requests (the server's template builds them), every one asking for a fact only its own context holds, so a wrong
+answer in another conversation's context names its source. It reuses the accuracy stressor's tallies, attribution and
+load control. It judges two kinds of wrong answer apart, and its sentence reports them apart:
 - flips, answers right alone and wrong at c=8, charged by their excess over the AR server's under the same load
   (stressors/control.py). Its looks spend most of alpha at the first, so the report's own evidence, 7 of 100
   flipped against 0 of 100, is charged from the first 100 requests at alpha 0.01 (p = 0.0070);
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from spec_route_suite.reports.findings import Finding
 from spec_route_suite.reports.repro_spec import parity_repro
-from spec_route_suite.stressors.accuracy import Paired, Tally, paired, tally
-from spec_route_suite.stressors.accuracy_load import AccuracyUnderLoad
+from spec_route_suite.stressors.accuracy.tally import Paired, Tally, paired, tally
+from spec_route_suite.stressors.accuracy.load import AccuracyUnderLoad
 
 REQUESTS = 100
 CONCURRENCY = 8
