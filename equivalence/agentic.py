@@ -180,6 +180,23 @@ def sized_request(prompt: Any, *, tokenizer: Any, max_tokens: int, stream: bool,
     return (None, f"{prompt.id}: {misfit}") if misfit else (req, "")
 
 
+def parity_lacking(mode: str, tokenizer: Any, baseline, candidate) -> str | None:
+    """Why the parity test cannot run in `mode` on these routes (None when it can): what `lacking` says, or, streamed,
+    a route that cannot stream."""
+    return lacking(tokenizer, baseline, candidate) or (
+        None if mode == "plain" or (baseline.capabilities.stream and candidate.capabilities.stream)
+        else "not verified: a route cannot stream")
+
+
+def cover_parity(findings, candidate: str, *, part: str, evidence: Evidence, left_out: Sequence[str]) -> None:
+    """The parity test's records once every prompt ran: the prompts left out, the evidence's coverage rows, and the
+    part of the prompts that could not be rendered."""
+    if left_out:
+        findings.measure("agentic_left_out", route=candidate, prompts=left_out)
+    evidence.cover(findings, candidate, part=part)
+    cover_unrendered(findings, candidate, part=part, whys=[w for w in left_out if UNRENDERED in w])
+
+
 def cover_unrendered(findings, candidate: str, *, part: str, whys: Sequence[str]) -> None:
     """Prompts a pair or a server cannot render: the part is not verified, naming them and why."""
     if whys:

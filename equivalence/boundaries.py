@@ -31,6 +31,7 @@ from spec_route_suite.routes.textlevel import is_text_level
 
 Decode = Callable[[Sequence[int]], str]
 VARIANTS = ("plain", "eos", "ignore_eos", "stop_string", "stop_token")
+SEARCH = 5   # prompts a variant tries before it is "not verified": the lean one, then fallbacks (sweep_prompts)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,26 @@ def pick_stop_token(tokens: Sequence[int], *, avoid: set[int], positions: Sequen
         if j < len(tokens) and tokens[j] not in avoid and tokens[j] not in tokens[:j]:
             return tokens[j], j
     return None
+
+
+def reference_answer(baseline, prompt_ids, prompt, max_tokens: int):
+    """The baseline's greedy output (the same request as the greedy test, so the memo is reused)."""
+    req = Request(prompt_ids=prompt_ids, max_tokens=max_tokens, temperature=0.0, request_id=f"greedy-{prompt.id}")
+    return req.prompt_ids, baseline.generate(req)
+
+
+def sweep_prompts(lean_prompt, everything: Sequence):
+    """The lean prompt, the next of its class, then the first of each following class (source, category), of the
+    run's prompt pool `everything`.
+
+    For variants whose stop condition may not fire on the lean prompt (a short answer, no EOS);
+    following classes first, so two lean prompts do not fall back onto each other.
+    """
+    groups = list(dict.fromkeys(p.group for p in everything))
+    start = groups.index(lean_prompt.group)
+    same = [p for p in everything if p.group == lean_prompt.group and p.id != lean_prompt.id][:1]
+    following = [next(p for p in everything if p.group == g) for g in groups[start + 1:] + groups[:start]]
+    return [lean_prompt, *same, *following][:SEARCH]
 
 
 def sweep(base: Request, depth: int) -> list[Request]:

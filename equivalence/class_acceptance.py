@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from spec_route_suite.routes.base import AcceptanceSnapshot, Completion, Request, summed_positions
 from spec_route_suite.routes.errors import RouteError
 
+CHECK = "class-acceptance"
 PHASE_PROMPTS = 3
 PHASE_CONCURRENCY = 4
 PER_ANSWER, ROUTE_COUNTERS, SERVER_COUNTERS, NONE = (
@@ -191,3 +192,10 @@ def coverage(profile: Sequence[ClassAcceptance]) -> dict[str, Any]:
     return {"verified": not reason, "reason": reason,
             "ran": {"classes": len(profile) - len(unknown), "answers": sum(c.answers for c in profile)},
             "could_detect": COULD_DETECT + (f" ({', '.join(methods)})" if methods else "")}
+
+
+def record_profile(findings, route: str, profile: Sequence[ClassAcceptance], *, measured_by: str) -> None:
+    """A measured profile's records: the `class_acceptance` measurement and the family's coverage row."""
+    findings.measure("class_acceptance", route=route, measured_by=measured_by,
+                     classes=[c.as_dict() for c in profile])
+    findings.cover(CHECK, route, **coverage(profile))

@@ -29,11 +29,15 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from spec_route_suite.equivalence.calibration import argmax_flips, near_tie_excess
+from spec_route_suite.equivalence.greedy_judge import SPLIT_ATTEMPTS
 from spec_route_suite.routes.base import Completion
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import parity_repro
 
 DETECT_EXCESS = 0.02   # claimed: two near-tie flips more per 100 tokens than the baseline's own rate
 POWER = 0.9
 TOP_K = 5
+COULD_DETECT = "a candidate leaving the baseline's top-1 at near-ties more often than the baseline does itself"
 
 
 @dataclass(frozen=True)
@@ -174,3 +178,48 @@ class RateVerdict:
                 f"excess of {1000 * self.detectable_excess:.1f} near-tie flips per 1000 tokens with power {POWER:g}, "
                 f"above the {1000 * DETECT_EXCESS:g} per 1000 this family claims (more greedy prompts, or longer "
                 f"answers, give it more)")
+
+
+def record_rates(findings, rates: RateVerdict, exposure: Exposure, *, calibration, baseline: str,
+                 candidate: str) -> None:
+    """The near-tie test's records: its coverage row, the rates, the calibration they rest on and the p-value."""
+    aa, ab, text_level = exposure.aa, exposure.candidate, exposure.text_level
+    shortfall = rates.shortfall() + (f"; {text_level} answer(s) without token ids (text-level) not counted"
+                                     if text_level else "")
+    findings.cover("near-tie", candidate, verified=rates.powered,
+                   ran={"candidate tokens teacher-forced": ab.tokens, "baseline tokens teacher-forced": aa.tokens},
+                   could_detect=rates.could_detect(), reason=shortfall if not rates.powered else "")
+    findings.measure("near_tie_rate", route=candidate, baseline=baseline, tau=calibration.tau,
+                     candidate_tokens=ab.tokens, candidate_near_ties=ab.near_ties, candidate_large_flips=ab.large,
+                     aa_tokens=aa.tokens, aa_near_ties=aa.near_ties, aa_large_flips=aa.large, p_value=rates.p_value,
+                     detectable_excess=rates.detectable_excess, claimed_excess=DETECT_EXCESS, alpha=rates.alpha,
+                     text_level_answers=text_level)
+    findings.measure("calibration", route=baseline, tau=calibration.tau, noise=calibration.noise,
+                     logprob_tol=calibration.logprob_tol, compared=calibration.compared,
+                     aa_flips=calibration.aa_flips, aa_tokens=calibration.aa_tokens,
+                     seconds=calibration.seconds, notes=list(calibration.notes), candidate=candidate)
+    if rates.p_value is not None and ab.near_ties + aa.near_ties > 0:
+        findings.measure("p_value", p_value=rates.p_value,
+                         name="near-tie excess (candidate vs the baseline's own flips)")
+
+
+def excess_finding(rates: RateVerdict, exposure: Exposure, *, calibration, policy: str, baseline,
+                   candidate) -> Finding | None:
+    """The finding of a candidate that flips at near-ties more often than the baseline does itself (None without an
+    excess): a bug under --greedy-policy classify, where the greedy checks excuse each near-tie and this rate is the
+    only sign left; a warning under strict, where every split already fails."""
+    if not rates.excess:
+        return None
+    aa, ab, splits = exposure.aa, exposure.candidate, exposure.splits
+    title = (f"candidate '{candidate.name}' leaves the baseline's top-1 at near-ties more often than baseline "
+             f"'{baseline.name}' does itself: {ab.near_ties} in {ab.tokens} tokens vs {aa.near_ties} in {aa.tokens} "
+             f"(exact test p={rates.p_value:.2g})")
+    return Finding(
+        check="near-tie", severity="bug" if policy == "classify" else "warning", route=candidate.name, title=title,
+        details={"diff": f"candidate: {ab.phrase()}; baseline against itself: {aa.phrase()}",
+                 "p_value": rates.p_value, "alpha": rates.alpha, "calibration": calibration.describe(),
+                 "could_detect": rates.could_detect(), "policy": policy,
+                 "hint": "the verifier may run at a different precision or kernel than the baseline",
+                 "repro": parity_repro([r for r, _, _ in splits[:3]], candidate=candidate, baseline=baseline,
+                                       expected=[e for _, e, _ in splits[:3]], actual=[a for _, _, a in splits[:3]],
+                                       attempts=SPLIT_ATTEMPTS) if splits else None})

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from spec_route_suite.routes.base import Completion, Request, ResponseFormat
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import spec_path_repro
 
 MAX_TOKENS = 24   # several draft blocks: a speculating engine drafts on every one of them
 PART = "on the speculative path"
@@ -146,6 +148,13 @@ class DropVerdict:
                 f"against the plain share {self.plain.rate or 0:.2f} ({self.family.stated} against "
                 f"{self.plain.stated} answers stating their drafting), power {POWER:g} at alpha {self.alpha:g}")
 
+    def coverage(self, family: str) -> dict[str, Any]:
+        """The spec-path coverage row's fields (FindingSink.cover keywords)."""
+        return {"verified": self.powered, "could_detect": self.could_detect(family),
+                "ran": {"family answers": self.family.stated, "answers that speculated": self.family.speculated,
+                        "plain answers": self.plain.stated, "plain answers that speculated": self.plain.speculated},
+                "reason": self.shortfall(family)}
+
     def shortfall(self, family: str) -> str:
         if self.powered:
             return ""
@@ -154,3 +163,54 @@ class DropVerdict:
                 f"requests: {self.plain.phrase()}): the test sees a {family} share of "
                 f"{self.detectable:.2f} or less, not the {DETECT_RATIO:g} x plain share ({claimed:.2f}) this family "
                 f"claims")
+
+
+def unseen(family: Family, candidate) -> str:
+    """Why the candidate's answers cannot show whether the family speculates, before any is sent ('' when they can):
+    it lacks the family's capability, or its server counts drafts only server-wide."""
+    if family.capability and not candidate.capabilities.has(family.capability):
+        return f"not verified: '{candidate.name}' lacks {family.capability}, so {family.name} requests are not sent"
+    if (candidate.inventory().extra or {}).get("per_response_evidence") is False:
+        return (f"not verified: '{candidate.name}' states no drafting per answer (its server counts drafts only "
+                f"server-wide), so whether {family.name} requests speculate cannot be seen")
+    return ""
+
+
+def unjudged(family: Family, route: str, share: Share, plain: Share) -> str:
+    """Why the answers cannot be judged ('' when they can): none stated its drafting, or plain requests did not
+    speculate either."""
+    if not share.stated or not plain.stated:
+        return (f"not verified: '{route}' states no drafting per answer, so whether {family.name} "
+                f"requests speculate cannot be seen")
+    if not plain.speculated:
+        return (f"not verified: plain requests did not speculate on '{route}' either ({plain.phrase()}): "
+                f"the speculation status of the run says why")
+    return ""
+
+
+def parity_unverified(family: Family, drop: DropVerdict, *, route: str) -> list[tuple[str, dict[str, Any]]]:
+    """(check, coverage row fields) of each parity row that assumed the family speculates: not verified on the
+    speculative path, since it was found off."""
+    return [(check, {"verified": False, "part": part, "could_detect": f"{check} on speculated answers",
+                     "reason": f"not verified on the speculative path: speculation is silently off for "
+                               f"{family.name} requests on '{route}' ({drop.family.phrase()}; plain: "
+                               f"{drop.plain.phrase()})"})
+            for check, part in family.parity]
+
+
+def off_finding(family: Family, drop: DropVerdict, plain_reqs: Sequence[Request], family_reqs: Sequence[Request],
+                answers: Sequence[Completion], *, candidate, baseline) -> Finding:
+    """The bug of a family found off: its share against the plain one, the parity rows it voids, a repro."""
+    title = (f"speculation silently off for {family.name} requests: {drop.family.phrase()}, while plain requests did "
+             f"({drop.plain.phrase()}; Fisher p={drop.p_value:.2g})")
+    return Finding(check="spec-path", severity="bug", route=candidate.name, title=title,
+                   details={"family": family.name, "family_share": drop.family.phrase(),
+                            "plain_share": drop.plain.phrase(), "p_value": drop.p_value, "alpha": drop.alpha,
+                            "could_detect": drop.could_detect(family.name),
+                            "parity_rows_not_verified": [f"{c}: {p}" for c, p in family.parity],
+                            "requests": [r.request_id for r in family_reqs],
+                            "draft_tokens": [a.draft_tokens for a in answers],
+                            "why": "answers stay correct, so every parity check of this feature passes "
+                                   "without exercising the speculative path (vllm#34497, llama.cpp#19231)",
+                            "repro": spec_path_repro(plain_reqs, family_reqs, family_name=family.name,
+                                                     candidate=candidate, baseline=baseline)})

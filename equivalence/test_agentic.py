@@ -22,9 +22,7 @@ MAX_TOKENS = 64   # a thought and one call (or one answer) end within ~50 tokens
 @pytest.mark.parametrize("mode", ("plain", "stream"))
 def test_parity(mode, baseline, candidate, tokenizer, context_fit, suite_config, calibration, eos_token_id, findings):
     part = f"parity {mode}"
-    reason = agentic.lacking(tokenizer, baseline, candidate) or (
-        None if mode == "plain" or (baseline.capabilities.stream and candidate.capabilities.stream)
-        else "not verified: a route cannot stream")
+    reason = agentic.parity_lacking(mode, tokenizer, baseline, candidate)
     if reason:
         agentic.cover_lacking(findings, candidate.name, part=part, reason=reason)
         pytest.skip(reason)
@@ -48,10 +46,7 @@ def test_parity(mode, baseline, candidate, tokenizer, context_fit, suite_config,
         sent.append(req)
         if failure:
             failures.append(failure)
-    if left_out:
-        findings.measure("agentic_left_out", route=candidate.name, prompts=left_out)
-    evidence.cover(findings, candidate.name, part=part)
-    agentic.cover_unrendered(findings, candidate.name, part=part, whys=[w for w in left_out if agentic.UNRENDERED in w])
+    agentic.cover_parity(findings, candidate.name, part=part, evidence=evidence, left_out=left_out)
     if failures:
         pytest.fail(f"candidate '{candidate.name}' vs baseline '{baseline.name}':\n  " + "\n  ".join(failures),
                     pytrace=False)

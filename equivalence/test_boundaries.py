@@ -15,35 +15,12 @@ from dataclasses import replace
 import pytest
 
 from spec_route_suite.equivalence import chat
-from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases
+from spec_route_suite.equivalence.boundaries import VARIANTS, build_cases, reference_answer, sweep_prompts
 from spec_route_suite.equivalence.depth import draft_depth
 from spec_route_suite.prompts.prompt_set import prompt_pool
-from spec_route_suite.routes.base import Request
 from spec_route_suite.equivalence.sweep_judge import judge_sweep
 
 pytestmark = pytest.mark.check("boundary")
-
-SEARCH = 5
-
-
-def _reference(baseline, prompt_ids, prompt, max_tokens: int):
-    """The baseline's greedy output (the same request as the greedy test, so the memo is reused)."""
-    req = Request(prompt_ids=prompt_ids, max_tokens=max_tokens, temperature=0.0, request_id=f"greedy-{prompt.id}")
-    return req.prompt_ids, baseline.generate(req)
-
-
-def _sources(lean_prompt, suite_config):
-    """The lean prompt, the next of its class, then the first of each following class (source, category).
-
-    For variants whose stop condition may not fire on the lean prompt (a short answer, no EOS);
-    following classes first, so two lean prompts do not fall back onto each other.
-    """
-    everything = prompt_pool(suite_config)
-    groups = list(dict.fromkeys(p.group for p in everything))
-    start = groups.index(lean_prompt.group)
-    same = [p for p in everything if p.group == lean_prompt.group and p.id != lean_prompt.id][:1]
-    following = [next(p for p in everything if p.group == g) for g in groups[start + 1:] + groups[:start]]
-    return [lean_prompt, *same, *following][:SEARCH]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -54,10 +31,10 @@ def test_boundary_sweep(variant, lean_prompt, baseline, candidate, tokenizer, fi
         pytest.skip(f"not verified: stop_token boundaries: {', '.join(lacking)} cannot stop on token ids")
     depth = draft_depth(candidate.inventory(), candidate.spec)
     notes = []
-    for source in _sources(lean_prompt, suite_config):
+    for source in sweep_prompts(lean_prompt, prompt_pool(suite_config)):
         # room for the EOS variants: the prompt grows by up to max_new_tokens - 1 output tokens, the sweep by k + 2
         fitted = fitted_prompts.ids(source, max_tokens=suite_config.max_new_tokens + depth.k + 2)
-        prompt_ids, ref = _reference(baseline, fitted, source, suite_config.max_new_tokens)
+        prompt_ids, ref = reference_answer(baseline, fitted, source, suite_config.max_new_tokens)
         cases, how = build_cases(variant=variant, prompt_ids=prompt_ids, reference=ref, depth=depth.k,
                                  eos_token_id=eos_token_id, decode=tokenizer.decode,
                                  request_id=f"boundary-{variant}-{source.id}")

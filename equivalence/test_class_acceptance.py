@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from spec_route_suite.equivalence.class_acceptance import class_profile, class_requests, coverage
+from spec_route_suite.equivalence.class_acceptance import class_profile, class_requests, record_profile
 from spec_route_suite.equivalence.depth import draft_depth
 from spec_route_suite.prompts.prompt_set import run_prompts
 
 pytestmark = pytest.mark.check("class-acceptance")
-CHECK = "class-acceptance"
 
 
 def test_acceptance_by_prompt_class(candidate, suite_config, fitted_prompts, findings):
@@ -29,8 +28,3 @@ def test_acceptance_by_prompt_class(candidate, suite_config, fitted_prompts, fin
         return
     record_profile(findings, candidate.name, profile, measured_by="in the test, on the worker")
 
-
-def record_profile(findings, route: str, profile, *, measured_by: str) -> None:
-    findings.measure("class_acceptance", route=route, measured_by=measured_by,
-                     classes=[c.as_dict() for c in profile])
-    findings.cover(CHECK, route, **coverage(profile))

@@ -2,17 +2,18 @@
 
 Route level: equivalence/test_boundaries.py's sweep against the reference engine, correct
 and with `max_tokens_overshoot` / `tokens_after_stop`, and wrappers that miscount usage or
-misreport finish_reason. Unit level: the invariants, the stop pickers and the depth lookup.
+misreport finish_reason. Unit level: the invariants, the stop pickers, the depth lookup and the fallback prompts.
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 import spec_route_suite.equivalence.test_boundaries as boundary_suite
-from spec_route_suite.equivalence.boundaries import (VARIANTS, Case, build_cases, pick_stop_string, pick_stop_token,
-                                                     speculation_depth)
+from spec_route_suite.equivalence.boundaries import (SEARCH, VARIANTS, Case, build_cases, pick_stop_string,
+                                                     pick_stop_token, speculation_depth, sweep_prompts)
 from spec_route_suite.equivalence.boundaries import violations as rule_violations
 from spec_route_suite.equivalence.rules import details
 from spec_route_suite.routes.base import Completion, Request, RouteInventory
@@ -166,3 +167,11 @@ def test_eos_cases_put_eos_at_one_and_at_k():
     none, why = build_cases(variant="eos", prompt_ids=(1,), reference=answer([5, 6], "length"), depth=4,
                             eos_token_id=EOS, decode=decode, request_id="r")
     assert none == [] and "did not reach EOS" in why
+
+
+def test_a_sweep_falls_back_to_its_class_then_the_following_classes_in_turn():
+    pool = [SimpleNamespace(id=f"{group}-{n}", group=group) for group in ("math", "code", "chat", "json", "long", "mt")
+            for n in range(3)]
+    assert [p.id for p in sweep_prompts(pool[3], pool)] == ["code-0", "code-1", "chat-0", "json-0", "long-0"]
+    assert len(sweep_prompts(pool[3], pool)) == SEARCH
+    assert [p.id for p in sweep_prompts(pool[16], pool[:6] + pool[15:])] == ["mt-1", "mt-0", "math-0", "code-0"]

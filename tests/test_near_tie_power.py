@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,10 +21,11 @@ import pytest
 import spec_route_suite.equivalence.test_greedy as greedy_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.lean import pick_lean
-from spec_route_suite.equivalence.near_tie_rate import (DETECT_EXCESS, Flips, RateVerdict, excess_pvalue,
-                                                        min_detectable_rate, power)
+from spec_route_suite.equivalence.near_tie_rate import (DETECT_EXCESS, Exposure, Flips, RateVerdict, excess_finding,
+                                                        excess_pvalue, min_detectable_rate, power)
 from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
 from spec_route_suite.prompts.prompt_set import prompt_pool
+from spec_route_suite.routes.base import Completion, Request
 from tests.test_greedy_routes import Rewired, Sink, handle, reference_route, suite_config, tokenizer
 
 MAX_NEW_TOKENS = 64   # the suite's default --max-new-tokens
@@ -188,3 +190,32 @@ def test_the_detectable_excess_shrinks_with_exposure_and_the_claim_needs_a_full_
     assert RateVerdict.of(candidate=Flips(0, 0), aa=Flips(100, 0), alpha=0.01).shortfall().startswith("no exposure")
     assert excess_pvalue(candidate=Flips(1000, 7), aa=Flips(1000, 0)) < 0.01 < excess_pvalue(
         candidate=Flips(1000, 6), aa=Flips(1000, 0))
+
+
+# ---- the judgement, from values ----------------------------------------------------------------------
+
+def _route(name: str) -> SimpleNamespace:
+    """A handle as a finding's repro sees one: its name, and how it puts a request on the wire."""
+    return SimpleNamespace(name=name, repro_wire=lambda req: {"request_id": req.request_id})
+
+
+def _exposure(candidate: Flips, aa: Flips, splits: int = 0) -> Exposure:
+    req = Request(prompt_ids=(1, 2), max_tokens=4, temperature=0.0, request_id="greedy-math-00")
+    answer = Completion(token_ids=(3, 4), text="", finish_reason="length", route="r")
+    return Exposure(aa=aa, candidate=candidate, splits=[(req, answer, answer)] * splits)
+
+
+def test_an_excess_is_a_bug_under_classify_a_warning_under_strict_and_no_excess_is_no_finding():
+    calibration = SimpleNamespace(describe=lambda: "tau 0.5")
+    names = dict(candidate=_route("fast"), baseline=_route("ref"), calibration=calibration)
+    excess = RateVerdict.of(candidate=Flips(1000, 12), aa=Flips(1000, 0), alpha=0.01)
+    finding = excess_finding(excess, _exposure(excess.candidate, excess.aa, splits=4), policy="classify", **names)
+    assert finding.check == "near-tie" and finding.severity == "bug" and finding.route == "fast"
+    assert finding.title.startswith("candidate 'fast' leaves the baseline's top-1 at near-ties more often than "
+                                    "baseline 'ref' does itself: 12 in 1000 tokens vs 0 in 1000")
+    assert finding.details["policy"] == "classify" and finding.details["calibration"] == "tau 0.5"
+    assert len(finding.details["repro"]["case"]["requests"]) == 3, "the repro resends three of the four splits"
+    strict = excess_finding(excess, _exposure(excess.candidate, excess.aa), policy="strict", **names)
+    assert strict.severity == "warning" and strict.details["repro"] is None   # no split recorded: no repro
+    even = RateVerdict.of(candidate=Flips(1000, 1), aa=Flips(1000, 1), alpha=0.01)
+    assert excess_finding(even, _exposure(even.candidate, even.aa), policy="classify", **names) is None

@@ -22,7 +22,7 @@ import pytest
 
 import spec_route_suite.equivalence.test_stop_strings as stop_suite
 from spec_route_suite.equivalence import calibration as calib
-from spec_route_suite.equivalence.test_greedy import _greedy_request, judge_greedy
+from spec_route_suite.equivalence.greedy_judge import greedy_ids_request, judge_greedy
 from spec_route_suite.reports.clusters import cluster_findings, signature
 from spec_route_suite.reports.shapes import BY_KEY, shape_of
 from spec_route_suite.routes.base import Request
@@ -91,7 +91,7 @@ def real_findings(engines, baseline, fault: str | None, *, sweep: bool = True, g
         except pytest.fail.Exception:
             pass
     for prompt in chosen:
-        req = _greedy_request(fitted_prompts().ids(prompt), greedy_tokens, f"greedy-{prompt.id}")
+        req = greedy_ids_request(fitted_prompts().ids(prompt), greedy_tokens, f"greedy-{prompt.id}")
         try:
             judge_greedy(req, prompt, baseline.generate(req), candidate.generate(req), baseline=baseline,
                          candidate=candidate, tokenizer=tokenizer(), suite_config=suite_config(),

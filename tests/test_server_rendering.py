@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import spec_route_suite.equivalence.test_agentic as agentic_suite
-import spec_route_suite.equivalence.test_spec_path as spec_path_suite
-from spec_route_suite.equivalence import agentic
+from spec_route_suite.equivalence import spec_path
+from spec_route_suite.equivalence.spec_path_requests import family_requests
 from spec_route_suite.prompts.fit import ContextFit, FittedPrompts, RouteContext
 from spec_route_suite.routes.base import RouteWrapper, unwrap
 from spec_route_suite.routes.registry import build_route
@@ -160,10 +160,10 @@ def test_spec_path_chat_requests_are_sized_by_the_servers_rendering(served):
     family's requests are the prompts that fit as it renders them, and the server refuses none of them."""
     engine, candidate = served["long"]
     fit = ContextFit((RouteContext("baseline", SMALL_CONTEXT, "test"), RouteContext("candidate", SMALL_CONTEXT, "test")))
-    fitted = FittedPrompts(tokenizer(), fit, max_tokens=spec_path_suite.MAX_TOKENS)
-    family = spec_path_suite.BY_NAME["chat"]
-    plain, chats = spec_path_suite._requests(family, candidate, tokenizer(), fitted, suite_config())  # noqa: SLF001
-    assert len(chats) == spec_path_suite.REQUESTS, [r.request_id for r in chats]
+    fitted = FittedPrompts(tokenizer(), fit, max_tokens=spec_path.MAX_TOKENS)
+    family = spec_path.BY_NAME["chat"]
+    plain, chats = family_requests(family, candidate, tokenizer(), fitted, suite_config())
+    assert len(chats) == spec_path.REQUESTS, [r.request_id for r in chats]
     for req in [*plain, *chats]:
         candidate.generate(req)
     # a prompt longer than the whole context is refused as the one-token probe that asks for its count (that refusal

@@ -16,9 +16,10 @@ from types import SimpleNamespace
 import pytest
 
 import spec_route_suite.equivalence.test_spec_path as spec_suite
-from spec_route_suite.equivalence.spec_path import (DETECT_RATIO, FAMILIES, REQUESTS, DropVerdict, Share,
-                                                    drop_power, drop_pvalue)
-from spec_route_suite.routes.base import Completion
+from spec_route_suite.equivalence.spec_path import (BY_NAME, DETECT_RATIO, FAMILIES, REQUESTS, DropVerdict, Share,
+                                                    drop_power, drop_pvalue, off_finding, parity_unverified, unjudged,
+                                                    unseen)
+from spec_route_suite.routes.base import Completion, Request
 from tests.test_greedy_routes import (ReferenceHandles, Rewired, Sink, baseline_handle, fitted_prompts, handle,
                                       tokenizer)
 
@@ -130,3 +131,45 @@ def test_share_arithmetic_and_power():
                       alpha=0.01) >= 0.9
     weak = DropVerdict.of(Share(REQUESTS, REQUESTS, 6), Share(REQUESTS, REQUESTS, 6), alpha=0.01)
     assert not weak.powered and "claims" in weak.shortfall("logprobs")
+
+
+# ---- the judgement, from values ----------------------------------------------------------------------
+
+def _route(name: str, *, capabilities=(), extra=None) -> SimpleNamespace:
+    """A handle as the judges see one: its name, capabilities, inventory and how it puts a request on the wire."""
+    return SimpleNamespace(name=name, capabilities=SimpleNamespace(has=lambda c: c in capabilities),
+                           inventory=lambda: SimpleNamespace(extra=extra),
+                           repro_wire=lambda req: {"request_id": req.request_id})
+
+
+def test_a_family_the_route_cannot_send_or_show_is_unseen_and_one_without_drafting_unjudged():
+    logprobs = BY_NAME["logprobs"]
+    assert "lacks logprobs" in unseen(logprobs, _route("c"))
+    assert "server-wide" in unseen(logprobs, _route("c", capabilities=("logprobs",),
+                                                    extra={"per_response_evidence": False}))
+    assert unseen(logprobs, _route("c", capabilities=("logprobs",))) == ""
+    stated, silent = Share(REQUESTS, REQUESTS, REQUESTS), Share(REQUESTS, 0, 0)
+    assert "states no drafting per answer" in unjudged(logprobs, "c", silent, stated)
+    assert "did not speculate on 'c' either" in unjudged(logprobs, "c", stated, Share(REQUESTS, REQUESTS, 0))
+    assert unjudged(logprobs, "c", stated, stated) == ""
+
+
+def test_a_family_found_off_voids_its_parity_rows_and_is_one_bug_with_its_requests():
+    family, plain = BY_NAME["penalties"], Share(REQUESTS, REQUESTS, REQUESTS)
+    drop = DropVerdict.of(Share(REQUESTS, REQUESTS, 1), plain, alpha=0.01)
+    row = drop.coverage("penalties")
+    assert row["ran"] == {"family answers": REQUESTS, "answers that speculated": 1, "plain answers": REQUESTS,
+                          "plain answers that speculated": REQUESTS} and row["verified"] and row["reason"] == ""
+    ((check, voided),) = parity_unverified(family, drop, route="c")
+    assert check == "features" and voided["part"] == "penalties on the speculative path" and not voided["verified"]
+    assert "speculation is silently off for penalties requests on 'c' (1 of 10 answers speculated" in voided["reason"]
+    plain_reqs = [Request(prompt_ids=(1,), max_tokens=4, request_id=f"spec-plain-{n}") for n in range(2)]
+    family_reqs = [family.make(r) for r in plain_reqs]
+    answers = [Completion(token_ids=(1,), text="", finish_reason="length", route="c", draft_tokens=0)] * 2
+    finding = off_finding(family, drop, plain_reqs, family_reqs, answers, candidate=_route("c"),
+                          baseline=_route("b"))
+    assert (finding.check, finding.severity, finding.route) == ("spec-path", "bug", "c")
+    assert finding.title.startswith("speculation silently off for penalties requests: 1 of 10 answers speculated, "
+                                    "while plain requests did (10 of 10 answers speculated; Fisher p=")
+    assert finding.details["requests"] == ["spec-plain-0", "spec-plain-1"] and finding.details["alpha"] == 0.01
+    assert finding.details["parity_rows_not_verified"] == ["features: penalties on the speculative path"]

@@ -6,15 +6,18 @@ where the prompts go, prompts of an exact length.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 import spec_route_suite.equivalence.test_stated_boundaries as edge_suite
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.equivalence.stated_boundaries import KINDS, Stated, plan, stated_limit
+from spec_route_suite.equivalence.stated_sweep import SHOWN, EdgeEvidence, edge_finding, shown, unreachable
 from spec_route_suite.prompts.exact import ExactPrompts
 from spec_route_suite.prompts.fit import ContextFit, RouteContext
 from spec_route_suite.prompts.records import load_prompt_set
-from spec_route_suite.routes.base import RouteInventory
+from spec_route_suite.routes.base import Completion, Request, RouteInventory
 from spec_route_suite.routes.spec import RouteSpec
 from spec_route_suite.stressors.near_tie import NearTiePolicy
 from tests.test_greedy_routes import FixedCalibration, ReferenceHandles, Sink, baseline_handle, tokenizer
@@ -114,3 +117,41 @@ def test_exact_prompts_have_the_length_asked_for_and_differ_by_source():
         a, b = exact.ids(length), exact.ids(length, source=1)
         assert len(a) == len(b) == length and a[0] == tokenizer().bos_token_id
     assert exact.ids(64) != exact.ids(64, source=1)
+
+
+# ---- the judgement, from values ----------------------------------------------------------------------
+
+def _route(name: str) -> SimpleNamespace:
+    """A handle as a finding's repro sees one: its name, and how it puts a request on the wire."""
+    return SimpleNamespace(name=name, repro_wire=lambda req: {"request_id": req.request_id})
+
+
+def test_a_limit_no_request_reaches_is_not_applicable_when_the_engine_says_so_else_not_verified():
+    past, why = Stated("draft_max_len", 600, "server"), "the limit is past the pair's context"
+    row, skip = unreachable(past, why, 512)
+    assert row == {"verified": True, "applicable": False, "reason": f"{why}: the bug class needs a limit inside the "
+                                                                     f"engine's context (512 tokens)"} and skip == ""
+    row, skip = unreachable(past, why, 4096)
+    assert not row["verified"] and "applicable" not in row and skip == row["reason"][:500]
+    assert "the candidate's own context is 4096 tokens" in skip
+
+
+def test_a_wrong_answer_is_a_bug_a_failed_request_alone_an_error_and_nothing_is_no_finding():
+    limit = Stated("chunked_prefill", 64, "server")
+    req = Request(prompt_ids=(1, 2, 3), max_tokens=10, temperature=0.0, request_id="edge-chunked_prefill-64-10-0")
+    answer = Completion(token_ids=(4, 5), text="", finish_reason="length", route="r")
+    routes = dict(baseline=_route("b"), candidate=_route("c"))
+    assert edge_finding("chunked_prefill", limit, 4, EdgeEvidence(), **routes) is None
+    failed = EdgeEvidence(failures=["[edge] candidate failed"], first=(req, "edge", answer, None))
+    error = edge_finding("chunked_prefill", limit, 4, failed, **routes)
+    assert error.severity == "error" and error.details["candidate_tokens"] is None
+    assert error.details["repro"]["judge"] == "error" and error.prompt_id == "chunked_prefill@64"
+    wrong = EdgeEvidence(problems=[f"[edge] problem {n}" for n in range(SHOWN + 2)], failures=["[edge] failed"],
+                         first=(req, "edge", answer, answer))
+    bug = edge_finding("chunked_prefill", limit, 4, wrong, **routes)
+    assert bug.severity == "bug" and bug.details["repro"]["judge"] == "parity" and bug.details["speculation_depth"] == 4
+    assert bug.details["problems"][-1] == "[edge] failed"   # the failures after the wrong answers
+    assert bug.details["diff"] == shown(wrong.problems + wrong.failures)
+    assert bug.details["diff"].endswith(f"\n... {len(wrong.problems) + 1 - SHOWN} more")
+    assert bug.title == ("greedy output differs from the baseline at the chunked-prefill budget (chunked-prefill "
+                         "budget 64 tokens (server); first: edge)")
