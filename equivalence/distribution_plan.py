@@ -19,7 +19,7 @@ from spec_route_suite.equivalence.depth import draft_depth
 from spec_route_suite.equivalence.distribution import (ARM_KEYS, GRID, POWER, SCORING, TWO_SAMPLE, setting_alpha,
                                                         setting_key, stream_seed)
 from spec_route_suite.equivalence.distribution_prompts import prompt_scores, select_prompts
-from spec_route_suite.equivalence.distribution_routes import TOP_K, RouteArm, RouteScorer, TopScorer
+from spec_route_suite.equivalence.distribution_routes import N_CHOICES, TOP_K, RouteArm, RouteScorer, TopScorer
 from spec_route_suite.equivalence.stats.families import GATE, family_weights
 from spec_route_suite.equivalence.stats.onesample import SCORED_GATE, ScoredEvidence, scored_evidence, scored_weights
 from spec_route_suite.equivalence.stats.oracle import ProbabilityOracle
@@ -158,6 +158,13 @@ class RoutePlan:
 
     def oracle(self, setting: SamplingSetting) -> ProbabilityOracle | None:
         return ProbabilityOracle(self.scorer, setting) if self.scorer is not None else None
+
+    def arms(self, baseline, candidate, *, tokenizer) -> dict[str, RouteArm]:
+        """The two sampling arms of this run, by role; the candidate draws part of its samples as n-choice
+        requests (N_CHOICES) when its route has capability `n`."""
+        return {name: RouteArm(handle, self.prompt_ids, tokens=self.tokens, text_level=self.text_level,
+                               tokenizer=tokenizer, n_choices=N_CHOICES if name == "candidate" else 0)
+                for name, handle in (("baseline", baseline), ("candidate", candidate))}
 
     def scoring(self, setting: SamplingSetting, seed: int) -> Callable[[], tuple[ScoredEvidence, Budget]] | None:
         """The scoring design's evidence builder for run_distribution, or None when the design is two-sample."""

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from spec_route_suite.equivalence.features import REFUSAL_STATUS
+from spec_route_suite.equivalence.features import REFUSAL_STATUS, Refusal, probe
 from spec_route_suite.equivalence.rules import Violation, choices_violations
 from spec_route_suite.equivalence.stats.oracle import covers_vocabulary, rows_from_top
 from spec_route_suite.equivalence.stats.warp import SamplingSetting
@@ -59,6 +59,20 @@ def setting_probe(prompt_ids: Sequence[int], setting: SamplingSetting) -> Reques
     if setting.min_p <= 0.0:
         return None
     return _request(prompt_ids, setting, 1, 0, f"dist-probe-{setting.name}")
+
+
+def min_p_supported(setting: SamplingSetting, baseline, candidate,
+                    prompt_ids: Sequence[int]) -> tuple[SamplingSetting, Refusal | None]:
+    """The setting to run: as given when both routes accept its min_p (probed with one token), else
+    the same point without min_p, and the refusal."""
+    req = setting_probe(prompt_ids, setting)
+    if req is None:
+        return setting, None
+    for handle in (baseline, candidate):
+        answer = probe(handle, req, "min_p")
+        if isinstance(answer, Refusal):
+            return replace(setting, min_p=0.0), answer
+    return setting, None
 
 
 class RouteArm:

@@ -272,6 +272,35 @@ def test_schema_judge_on_stopped_answers_only():
     assert json_answer_problem(out('{"name": ', finish="length"), schema=None) is None
 
 
+def test_feature_check_judges_word_the_format_rule_load_breaks_and_an_ignored_feature():
+    """The pure parts of equivalence/feature_checks.py: one format violation naming every broken answer, what
+    went wrong under load (errors and changed answers, each request twice), and an ignored feature's finding."""
+    from spec_route_suite.equivalence.feature_checks import (format_violations, ignored_finding, is_json_object,
+                                                             load_breaks)
+    from spec_route_suite.routes.base import Completion
+    from spec_route_suite.routes.errors import RouteError
+    from types import SimpleNamespace
+
+    def out(text, ids=(1,)):
+        return Completion(token_ids=ids, text=text, finish_reason="stop", route="r")
+    requests = [Request(prompt_ids=(1, 2), max_tokens=4, request_id=f"q{i}") for i in range(2)]
+    assert format_violations("json_object", requests, [out('{"a": 1}'), out('{"a": 1}')], schema=None) == []
+    [violation] = format_violations("json_object", requests, [out("[1]"), out("no")], schema=None)
+    assert violation.detail.startswith("q0: $ is list, schema wants object")
+    assert "; q1: answer is not JSON" in violation.detail
+    assert is_json_object('{"a": 1}') and not is_json_object("[1]") and not is_json_object("{")
+    serial = [out("a", (1,)), out("b", (2,))]
+    assert load_breaks(requests, serial * 2, serial) == []
+    broken = load_breaks(requests, [serial[0], out("c", (3,)), RouteError("boom"), serial[1]], serial)
+    assert broken == ["q1: differs from its serial answer", "q0: boom"]
+    finding = ignored_finding(route=SimpleNamespace(name="cand"), feature="min_p", problem="no effect",
+                              req=requests[0], tokens=[1])
+    assert (finding.check, finding.severity, finding.route) == ("features", "bug", "cand")
+    assert finding.title == "min_p: route 'cand' accepts the feature but it did not act: no effect"
+    assert finding.details["prompt_ids"] == [1, 2] and "prompt_ids" not in finding.details["request"]
+    assert finding.details["request"]["request_id"] == "q0" and finding.details["tokens"] == [1]
+
+
 SCHEMA = {"type": "object", "required": ["age", "name"], "additionalProperties": False,
           "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
 
