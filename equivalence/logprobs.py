@@ -21,10 +21,13 @@ from typing import Sequence
 from spec_route_suite.equivalence.greedy import first_divergence
 from spec_route_suite.routes.base import Completion, Request, TokenLogprobs
 from spec_route_suite.routes.errors import CapabilityMissing
+from spec_route_suite.reports.findings import Finding
+from spec_route_suite.reports.repro_spec import logprobs_repro
 
 SHOWN = 8
 ZERO_RUN = 4          # sampled tokens that must all report exactly 0.0 before it is a finding
 CERTAIN = -1e-6       # a teacher-forced logprob above this: the model really is that sure of the token
+LOGPROB_REPRO_FLOOR = 1e-3   # the repro compares logprobs as the servers print them (JSON floats, rounded)
 
 
 @dataclass(frozen=True)
@@ -157,3 +160,19 @@ def all_zero_logprobs(sampled: Completion, reference: Sequence[TokenLogprobs], *
     shown = ", ".join(f"token {i}: {v:.3f}" for i, v in doubtful[:SHOWN])
     return (f"all {len(values)} sampled tokens report logprob exactly 0.0, but the baseline teacher-forcing "
             f"the same tokens gives {shown}")
+
+
+def mismatch_finding(req: Request, actual: Completion, mismatches: Sequence[LogprobMismatch], *, method: str,
+                     calibration, candidate, baseline, prompt_id: str) -> Finding:
+    """The finding for greedy logprobs that are not the target's: the mismatches summarized against `method`'s
+    reference, the A/A calibration they were judged with, and a repro at that tolerance (never below what printed
+    JSON floats can show)."""
+    return Finding(
+        check="logprobs", severity="bug", route=candidate.name, prompt_id=prompt_id,
+        title=(f"candidate '{candidate.name}' logprobs disagree with baseline '{baseline.name}' on prompt "
+               f"{prompt_id} ({len(mismatches)} mismatches)"),
+        details={"diff": summarize(mismatches), "reference": method, "calibration": calibration.describe(),
+                 "prompt_ids": list(req.prompt_ids), "candidate_tokens": list(actual.token_ids),
+                 "mismatches": [m.__dict__ for m in mismatches[:50]],
+                 "repro": logprobs_repro(req, candidate=candidate, baseline=baseline,
+                                         tolerance=max(calibration.logprob_tol, LOGPROB_REPRO_FLOOR))})

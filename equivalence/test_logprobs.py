@@ -9,7 +9,7 @@ import pytest
 
 from spec_route_suite.equivalence.delivery import candidate_answer
 from spec_route_suite.equivalence.logprobs import (ZERO_RUN, all_zero_logprobs, baseline_reference, compare_logprobs,
-                                                  summarize)
+                                                  mismatch_finding, summarize)
 from spec_route_suite.routes.base import Request
 from spec_route_suite.routes.errors import CapabilityMissing
 from spec_route_suite.reports.findings import Finding
@@ -18,7 +18,6 @@ from spec_route_suite.reports.repro_spec import logprobs_repro
 pytestmark = pytest.mark.check("logprobs")
 
 TOP_K = 5
-LOGPROB_REPRO_FLOOR = 1e-3   # the repro compares logprobs as the servers print them (JSON floats, rounded)
 
 
 def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompts, suite_config, calibration, findings):
@@ -43,18 +42,10 @@ def test_logprobs_match_baseline(lean_prompt, baseline, candidate, fitted_prompt
                    reason="" if compared else f"nothing compared: {method} (no token shared with the candidate's)")
     if not mismatches:
         return
-    text = summarize(mismatches)
-    findings.add(Finding(
-        check="logprobs", severity="bug", route=candidate.name, prompt_id=lean_prompt.id,
-        title=(f"candidate '{candidate.name}' logprobs disagree with baseline '{baseline.name}' on prompt "
-               f"{lean_prompt.id} ({len(mismatches)} mismatches)"),
-        details={"diff": text, "reference": method, "calibration": aa.describe(),
-                 "prompt_ids": list(req.prompt_ids), "candidate_tokens": list(actual.token_ids),
-                 "mismatches": [m.__dict__ for m in mismatches[:50]],
-                 "repro": logprobs_repro(req, candidate=candidate, baseline=baseline,
-                                         tolerance=max(aa.logprob_tol, LOGPROB_REPRO_FLOOR))}))
+    findings.add(mismatch_finding(req, actual, mismatches, method=method, calibration=aa, candidate=candidate,
+                                  baseline=baseline, prompt_id=lean_prompt.id))
     pytest.fail(f"prompt {lean_prompt.id}: candidate '{candidate.name}' vs baseline '{baseline.name}' "
-                f"({method}; {aa.describe()}):\n{text}", pytrace=False)
+                f"({method}; {aa.describe()}):\n{summarize(mismatches)}", pytrace=False)
 
 
 SAMPLED_TOKENS = 16

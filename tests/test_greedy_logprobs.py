@@ -2,7 +2,7 @@
 
 Route level: equivalence/test_logprobs.py's test against the reference engine (correct
 and `logprobs_from_draft`), transformers assisted generation, and wrappers that zero or
-drop the logprobs. Unit level: compare_logprobs on hand-built entries.
+drop the logprobs. Unit level: compare_logprobs on hand-built entries, and the finding mismatch_finding makes.
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 
 import spec_route_suite.equivalence.test_logprobs as logprob_suite
 from spec_route_suite.equivalence import calibration as calib
-from spec_route_suite.equivalence.logprobs import compare_logprobs
-from spec_route_suite.routes.base import TokenLogprobs
+from spec_route_suite.equivalence.logprobs import (LOGPROB_REPRO_FLOOR, LogprobMismatch, compare_logprobs,
+                                                  mismatch_finding)
+from spec_route_suite.routes.base import Completion, Request, TokenLogprobs
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
                                       hf_route, prompts, reference_route, suite_config, tokenizer)
 
@@ -117,3 +118,27 @@ def test_rank_is_only_checked_at_temperature_zero_and_only_within_the_scored_pre
     assert compare_logprobs(candidate=mine, baseline=ref, tokens=[8, 9], tol=1e-3, tau=1e-3, greedy=False) == []
     found = compare_logprobs(candidate=mine, baseline=ref, tokens=[8, 9], tol=1e-3, tau=1e-3, greedy=True)
     assert [m.kind for m in found] == ["rank"]
+
+
+class Named:
+    """A route handle as the repro builders see it: a name and the wire form of a request."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def repro_wire(self, req):
+        return {"path": "/v1/completions", "body": {"prompt": list(req.prompt_ids), "route": self.name}}
+
+
+def test_mismatch_finding_quotes_the_mismatches_and_repros_at_no_less_than_printed_precision():
+    req = Request(prompt_ids=(1, 2), max_tokens=3, temperature=0.0, logprobs=5, request_id="logprobs-p")
+    actual = Completion(token_ids=(7, 8, 9), text="xyz", finish_reason="length", route="candidate")
+    mismatches = [LogprobMismatch(position=i, token_id=7 + i, kind="value", candidate=-0.1, baseline=-2.0,
+                                  detail="off") for i in range(60)]
+    finding = mismatch_finding(req, actual, mismatches, method="teacher-forced", calibration=FLOOR,
+                               candidate=Named("cand"), baseline=Named("base"), prompt_id="p")
+    assert (finding.check, finding.severity, finding.route, finding.prompt_id) == ("logprobs", "bug", "cand", "p")
+    assert finding.title == "candidate 'cand' logprobs disagree with baseline 'base' on prompt p (60 mismatches)"
+    assert finding.details["diff"].startswith("60 value") and len(finding.details["mismatches"]) == 50
+    assert finding.details["candidate_tokens"] == [7, 8, 9] and finding.details["calibration"] == FLOOR.describe()
+    assert finding.details["repro"]["case"]["tolerance"] == max(FLOOR.logprob_tol, LOGPROB_REPRO_FLOOR)

@@ -1,4 +1,7 @@
-"""The seed check: a route that honours seeds passes, one that drops them fails, one without them skips."""
+"""The seed check: a route that honours seeds passes, one that drops them fails, one without them skips.
+
+Unit level: where repeated runs part (first_split), the positive control and the coverage reason.
+"""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,6 +9,8 @@ from dataclasses import replace
 import pytest
 
 import spec_route_suite.equivalence.test_seeds as seeds_suite
+from spec_route_suite.equivalence.seeds import CONTROL_SEEDS, first_split, positive_control, seeding_reason
+from spec_route_suite.routes.base import Completion, Request
 from tests.test_greedy_routes import (Rewired, Sink, baseline_handle, fitted_prompts, handle, hf_route, prompts,
                                       reference_route, suite_config, tokenizer)
 
@@ -82,9 +87,46 @@ def test_identical_answers_count_only_where_other_seeds_answer_differently():
         failure, record = run_seeds_recorded(prompt, handle(near_deterministic, "candidate"))
         assert failure is None, failure
         assert record["verified"] is False and "near-deterministic" in record["reason"], record
-        assert record["ran"]["other seeds tried"] == seeds_suite.CONTROL_SEEDS
+        assert record["ran"]["other seeds tried"] == CONTROL_SEEDS
         failure, record = run_seeds_recorded(prompt, handle(route, "candidate"))
         assert failure is None and record["verified"] is True, (failure, record)
         assert record["ran"]["other seeds answered differently"] == 1
     finally:
         route.batcher.close()
+
+
+def test_first_split_names_the_first_run_that_departs_and_where():
+    first = Completion(token_ids=(1, 2, 3), text="abc", finish_reason="length", route="r")
+    assert first_split(first, [first, first]) is None
+    split = first_split(first, [first, replace(first, token_ids=(1, 9, 3)), replace(first, token_ids=(4,))])
+    assert (split.run, split.position, split.answer.token_ids) == (3, 1, (1, 9, 3))
+    assert split.detail.startswith("run 1:  'abc' (finish=length)\nrun 3: ")
+    ended = first_split(first, [replace(first, finish_reason="stop")])
+    assert (ended.run, ended.position) == (2, 3)   # same tokens, another finish: at the end of run 1
+
+
+def test_positive_control_stops_at_the_first_seed_that_answers_differently():
+    class Seeded:
+        def __init__(self, differs_at):
+            self.differs_at, self.asked = differs_at, []
+
+        def generate(self, req):
+            self.asked.append((req.seed, req.request_id))
+            n = len(self.asked)
+            return Completion(token_ids=(n,) if n == self.differs_at else (0,), text="", finish_reason="length",
+                              route="r")
+
+    req, answer = Request(prompt_ids=(1,), max_tokens=2, seed=10, request_id="s"), Completion(
+        token_ids=(0,), text="", finish_reason="length", route="r")
+    route = Seeded(differs_at=2)
+    assert positive_control(route, req, answer) == (2, True)
+    assert route.asked == [(10 + 7919, "s-control1"), (10 + 2 * 7919, "s-control2")]
+    assert positive_control(Seeded(differs_at=None), req, answer) == (CONTROL_SEEDS, False)
+
+
+def test_seeding_reason_is_circular_for_adapter_seeding_and_near_deterministic_without_a_differing_seed():
+    assert seeding_reason(own=True, seeding="engine", tried=2, differs=True) == ""
+    assert "near-deterministic: 8 different seeds" in seeding_reason(own=True, seeding="engine", tried=8,
+                                                                     differs=False)
+    assert seeding_reason(own=False, seeding="adapter (sampler)", tried=0, differs=False).startswith(
+        "circular on this route: seeding is done by the adapter (sampler)")

@@ -3,7 +3,8 @@
 Calls equivalence/test_streaming.py's test with the reference engine (which streams),
 wrapped so that only its streamed answers are damaged, with a route that cannot stream,
 and with a nondeterministic ("noisy hardware") engine whose stream/non-stream splits are
-near-ties: excused under classify, failed under strict.
+near-ties: excused under classify, failed under strict. Unit level: the pure parts of equivalence/streaming.py
+(stream_problems, stop_inside, id_gap, stream_evidence, coverage_reason).
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from dataclasses import replace
 import pytest
 
 import spec_route_suite.equivalence.test_streaming as streaming_suite
-from spec_route_suite.equivalence.test_streaming import stream_problems
-from spec_route_suite.routes.base import Completion
+from spec_route_suite.equivalence.streaming import (coverage_reason, id_gap, stop_inside, stream_evidence,
+                                                   stream_problems)
+from spec_route_suite.routes.base import Completion, Request
 from spec_route_suite.equivalence import calibration as calib
 from spec_route_suite.tokenizers import encode_prompt
 from tests.test_greedy_routes import (FixedCalibration, Rewired, Sink, baseline_handle, fitted_prompts, handle,
@@ -117,3 +119,34 @@ def test_stream_problems_checks_usage_on_both_sides():
     assert stream_problems(plain=no_usage, streamed=good) == ["non-stream reports no usage.completion_tokens"]
     odd = replace(good, finish_reason="eos")
     assert any("not one of" in p for p in stream_problems(plain=odd, streamed=odd))
+
+
+def test_stop_inside_picks_a_printable_piece_from_the_answers_middle():
+    pieces = {1: "a", 2: " b", 3: " \n", 4: " cd", 5: " ef"}
+    decode = type("Decode", (), {"decode": staticmethod(lambda ids: "".join(pieces[i] for i in ids))})
+    answer = Completion(token_ids=(1, 2, 3, 4, 5, 1), text="", finish_reason="length", route="r")
+    assert stop_inside(answer, decode) == "cd"   # from a third in: " \n" is too short once stripped
+    assert stop_inside(replace(answer, token_ids=(1, 2, 3)), decode) is None
+
+
+def test_id_gap_names_incomplete_or_missing_stream_ids_only():
+    plain = Completion(token_ids=(5, 6), text="ab", finish_reason="stop", route="r")
+    assert id_gap(plain=plain, streamed=plain) == ""
+    assert id_gap(plain=plain, streamed=replace(plain, id_gap="2 of 3 entries")) == "2 of 3 entries"
+    assert "text-level" in id_gap(plain=plain, streamed=replace(plain, text_level=True))
+    assert id_gap(plain=replace(plain, text_level=True), streamed=replace(plain, text_level=True)) == ""
+
+
+def test_stream_evidence_counts_tokens_where_ids_compare_else_characters():
+    plain = Completion(token_ids=(5, 6, 7), text="abcd", finish_reason="stop", route="r")
+    assert stream_evidence(plain, plain, by_text=False) == ("tokens compared", 3)
+    assert stream_evidence(plain, replace(plain, token_ids=(5, 9)), by_text=False) == ("tokens compared", 2)
+    assert stream_evidence(plain, replace(plain, token_ids=()), by_text=True) == ("characters compared", 4)
+
+
+def test_coverage_reason_says_engine_or_vacuous_else_nothing():
+    req = Request(prompt_ids=(1,), max_tokens=4, stream=True)
+    assert coverage_reason(engine_stream=False, compared=3, stream_req=req) == ""
+    assert coverage_reason(engine_stream=False, compared=0, stream_req=req).startswith("vacuous")
+    engine = coverage_reason(engine_stream=True, compared=3, stream_req=replace(req, stop=("x",)))
+    assert "on the baseline too" in engine and "with a stop string" in engine

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from spec_route_suite.equivalence.greedy import compare_greedy
-from spec_route_suite.equivalence.test_streaming import accounting_problems, delivery_differences
+from spec_route_suite.equivalence.streaming import accounting_problems, delivery_differences
 from spec_route_suite.tokenizers import encode_prompt
 from spec_route_suite.prompts.records import load_prompt_set
 from spec_route_suite.routes.base import Completion, Request
