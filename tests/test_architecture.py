@@ -15,9 +15,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 from spec_route_suite import api
 from spec_route_suite.routes import flavours
+from tests.test_check_bodies import problems_in
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "architecture.md").read_text()
@@ -60,20 +62,41 @@ def test_a_toy_engine_follows_the_add_an_engine_recipe(tmp_path, monkeypatch):
 
 
 def test_a_toy_check_follows_the_add_a_check_recipe(tmp_path):
+    (tmp_path / "toy_recipe_judge.py").write_text(textwrap.dedent('''
+        from spec_route_suite.api import Finding
+
+
+        def first_token_finding(theirs, ours, *, route):
+            """A bug when the candidate's first token is not the baseline's, else None."""
+            if ours.token_ids[:1] == theirs.token_ids[:1]:
+                return None
+            return Finding(check="greedy", severity="bug", route=route, title="toy: first token")
+    '''))
     (tmp_path / "test_toy_recipe_check.py").write_text(textwrap.dedent('''
         import pytest
-        from spec_route_suite.api import Finding, Request
+        from spec_route_suite.api import Request
+        from toy_recipe_judge import first_token_finding
 
         pytestmark = pytest.mark.check("greedy")
 
 
         def test_toy_first_token_matches(candidate, baseline, findings):
             req = Request(prompt_ids=(1, 330, 31, 226), max_tokens=4, request_id="toy-recipe")
-            theirs, ours = baseline.generate(req), candidate.generate(req)
-            if ours.token_ids[:1] != theirs.token_ids[:1]:
-                findings.add(Finding(check="greedy", severity="bug", route=candidate.name, title="toy: first token"))
+            finding = first_token_finding(baseline.generate(req), candidate.generate(req), route=candidate.name)
             findings.cover("greedy", candidate.name, verified=True, ran={"prompts": 1}, part="toy")
+            if finding is not None:
+                findings.add(finding)
+                pytest.fail(finding.title, pytrace=False)
     '''))
+    assert problems_in(tmp_path / "test_toy_recipe_check.py", tmp_path) == []
+    sys.path.insert(0, str(tmp_path))
+    try:   # the judge's own unit test: both ways
+        judge = importlib.import_module("toy_recipe_judge")
+        same, other = SimpleNamespace(token_ids=(5, 6)), SimpleNamespace(token_ids=(7, 6))
+        assert judge.first_token_finding(same, same, route="c") is None
+        assert judge.first_token_finding(same, other, route="c").severity == "bug"
+    finally:
+        sys.path.remove(str(tmp_path))
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "spec_route_suite", str(tmp_path / "test_toy_recipe_check.py"),
                            "-p", "no:cacheprovider", "--report-dir", str(out)], cwd=tmp_path, capture_output=True,
