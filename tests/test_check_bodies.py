@@ -14,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_FOLDERS = ("equivalence", "stressors")
+# the checkout's own code (a virtualenv or a build folder inside the checkout is not read)
+SOURCES = ("spec_route_suite", "equivalence", "stressors", "reports", "fixtures", "tests", "benchmarks", "scripts")
 MAX_BODY_LINES = 30
 
 
@@ -77,9 +79,10 @@ def imports_of_test_modules(root: Path = ROOT) -> list[str]:
     self-test may drive a check's test function with its own fixtures)."""
     names = {p.stem for p in check_modules(root)}
     found = []
-    for path in sorted(root.rglob("*.py")):
+    paths = [root / "conftest.py", *(p for folder in SOURCES for p in (root / folder).rglob("*.py"))]
+    for path in sorted(p for p in paths if p.is_file()):
         rel = path.relative_to(root)
-        if any(part.startswith(".") or part in ("__pycache__", "build") for part in rel.parts):
+        if "__pycache__" in rel.parts:
             continue
         product = rel.parts[0] not in ("tests", "benchmarks", "scripts") and not path.name.startswith("test_")
         tree = ast.parse(path.read_text(), str(path))
